@@ -1,0 +1,41 @@
+// Package testenv gives tests the addresses of the real servers that
+// scripts/test.sh starts (redis-server, mariadb) and the path of Chromium.
+//
+// Outside CI a test whose server is not configured is skipped with the
+// command that would run it; under CI (CI=true) it fails instead, so a
+// missing service can never turn a suite green by skipping.
+package testenv
+
+import (
+	"os"
+	"testing"
+)
+
+// Environment variables set by scripts/test.sh.
+const (
+	RedisEnv    = "RETRACE_TEST_REDIS"    // host:port of a scratch redis-server
+	MySQLEnv    = "RETRACE_TEST_MYSQL"    // go-sql-driver DSN of a scratch MariaDB database
+	ChromiumEnv = "RETRACE_TEST_CHROMIUM" // path of a headless-capable Chromium
+)
+
+func need(t testing.TB, env, what string) string {
+	t.Helper()
+	v := os.Getenv(env)
+	if v != "" {
+		return v
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s is not set: %s is required under CI (scripts/test.sh starts it)", env, what)
+	}
+	t.Skipf("%s is not set; run scripts/test.sh to start %s", env, what)
+	return ""
+}
+
+// RedisAddr returns the host:port of the test redis-server.
+func RedisAddr(t testing.TB) string { return need(t, RedisEnv, "redis-server") }
+
+// MySQLDSN returns the DSN of the test MariaDB database (go-sql-driver/mysql syntax).
+func MySQLDSN(t testing.TB) string { return need(t, MySQLEnv, "mariadb") }
+
+// Chromium returns the path of the Chromium binary for headless checks.
+func Chromium(t testing.TB) string { return need(t, ChromiumEnv, "chromium") }

@@ -1,0 +1,59 @@
+package mockserver
+
+import "github.com/retrace-dev/retrace/recording"
+
+// The admin API (HTTP, JSON) of the mock server. These types are its wire
+// contract with the replayer; fields are only ever added.
+//
+//	GET    /healthz                   {"ok":true,"sessions":N}
+//	GET    /metrics                   Prometheus text format
+//	POST   /traces                    body Alias: replay recording R under trace id T
+//	DELETE /traces/{trace}            forget what was observed for a trace (and its alias)
+//	GET    /traces/{trace}            TraceReport
+//	GET    /missing                   []MissingMock, every request no recording answered
+//
+// A trace id equal to a recording's id selects that recording without an
+// alias.
+
+// Alias registers Trace as another name of the recording Recording, so one
+// recording can be replayed several times at once.
+type Alias struct {
+	Trace     string `json:"trace"`
+	Recording string `json:"recording"`
+}
+
+// TraceReport is everything the mock server saw of one trace.
+type TraceReport struct {
+	Trace     string         `json:"trace"`
+	Recording string         `json:"recording"` // "" when the trace resolved to no recording
+	Calls     []ObservedCall `json:"calls"`     // in the order they were received
+	// Unused lists the recorded (non set-up) calls of the recording that no
+	// live request matched: calls the new build no longer makes.
+	Unused []recording.Call `json:"unused"`
+}
+
+// ObservedCall is one request the system under test made, and how it was
+// answered.
+type ObservedCall struct {
+	Seq     int    `json:"seq"` // order of arrival within the trace, from 0
+	Proto   string `json:"proto"`
+	Dst     string `json:"dst"`
+	Setup   bool   `json:"setup,omitempty"`
+	Request []byte `json:"request"` // base64 in JSON, exact bytes
+	// Matched is the Seq of the recorded call that answered, or -1 for a
+	// missing mock.
+	Matched  int     `json:"matched"`
+	Strategy string  `json:"strategy,omitempty"` // "order", "first", "last", "hamming", "json", "sql", "redis", "setup"
+	Score    float64 `json:"score,omitempty"`    // similarity in [0,1]; 1 for exact or order matches
+	Error    string  `json:"error,omitempty"`    // why no recording answered
+}
+
+// MissingMock is a request no recorded call answered: what a user reads to
+// decide what to record or pass through.
+type MissingMock struct {
+	Trace   string `json:"trace"`
+	Proto   string `json:"proto"`
+	Dst     string `json:"dst"`
+	Request []byte `json:"request"`
+	Reason  string `json:"reason"`
+}

@@ -1,0 +1,173 @@
+package recording
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// SchemaVersion is the version of the JSONL schema written by this package
+// (DESIGN.md 3.4). Readers accept sessions of this version and skip unknown
+// fields.
+const SchemaVersion = 1
+
+// Session is one recorded inbound request and every downstream call it
+// caused.
+type Session struct {
+	V       int       `json:"v"`
+	ID      string    `json:"id"`
+	App     string    `json:"app,omitempty"`
+	At      time.Time `json:"at"`
+	Inbound Inbound   `json:"inbound"`
+	Calls   []Call    `json:"calls"`
+}
+
+// Inbound is the request the service received and the response it sent.
+type Inbound struct {
+	Proto    string // "http"
+	Local    string // address the service listened on
+	Remote   string // client address
+	Request  []byte // raw request bytes, as read by the application
+	Response []byte // raw response bytes, as written by the application
+	StartNs  int64  // offset from Session.At
+	DurNs    int64
+	// RequestTruncated and ResponseTruncated mark a payload cut at the
+	// recorder's size cap; the bytes kept are a prefix of the original.
+	RequestTruncated  bool
+	ResponseTruncated bool
+}
+
+// Call is one downstream exchange: the bytes the service wrote to a
+// destination and the bytes it read back in answer.
+type Call struct {
+	Seq               int    // order in which calls started, from 0
+	Proto             string // "http", "redis", "mysql" or "raw"
+	Dst               string // original destination, host:port
+	Setup             bool   // connection set-up traffic, answered per connection on replay
+	Conn              int64  // optional: connection number within the recording process, 0 if unknown
+	Request           []byte
+	Response          []byte
+	StartNs           int64 // offset from Session.At
+	DurNs             int64
+	RequestTruncated  bool
+	ResponseTruncated bool
+}
+
+// payloads on the wire: valid UTF-8 travels as a string, anything else as
+// base64 in the *_b64 twin, so recordings stay readable and greppable.
+type inboundJSON struct {
+	Proto             string  `json:"proto"`
+	Local             string  `json:"local,omitempty"`
+	Remote            string  `json:"remote,omitempty"`
+	Request           *string `json:"request,omitempty"`
+	RequestB64        []byte  `json:"request_b64,omitempty"`
+	Response          *string `json:"response,omitempty"`
+	ResponseB64       []byte  `json:"response_b64,omitempty"`
+	StartNs           int64   `json:"start_ns"`
+	DurNs             int64   `json:"dur_ns"`
+	RequestTruncated  bool    `json:"request_truncated,omitempty"`
+	ResponseTruncated bool    `json:"response_truncated,omitempty"`
+}
+
+type callJSON struct {
+	Seq               int     `json:"seq"`
+	Proto             string  `json:"proto"`
+	Dst               string  `json:"dst"`
+	Setup             bool    `json:"setup"`
+	Conn              int64   `json:"conn,omitempty"`
+	Request           *string `json:"request,omitempty"`
+	RequestB64        []byte  `json:"request_b64,omitempty"`
+	Response          *string `json:"response,omitempty"`
+	ResponseB64       []byte  `json:"response_b64,omitempty"`
+	StartNs           int64   `json:"start_ns"`
+	DurNs             int64   `json:"dur_ns"`
+	RequestTruncated  bool    `json:"request_truncated,omitempty"`
+	ResponseTruncated bool    `json:"response_truncated,omitempty"`
+}
+
+func splitPayload(p []byte) (*string, []byte) {
+	if p == nil {
+		return nil, nil
+	}
+	if utf8.Valid(p) {
+		s := string(p)
+		return &s, nil
+	}
+	return nil, p // encoding/json writes []byte as base64
+}
+
+func joinPayload(s *string, b []byte) []byte {
+	if s != nil {
+		return []byte(*s)
+	}
+	return b
+}
+
+// MarshalJSON implements json.Marshaler with the payload rules of schema v1.
+func (in Inbound) MarshalJSON() ([]byte, error) {
+	j := inboundJSON{Proto: in.Proto, Local: in.Local, Remote: in.Remote, StartNs: in.StartNs, DurNs: in.DurNs,
+		RequestTruncated: in.RequestTruncated, ResponseTruncated: in.ResponseTruncated}
+	j.Request, j.RequestB64 = splitPayload(in.Request)
+	j.Response, j.ResponseB64 = splitPayload(in.Response)
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (in *Inbound) UnmarshalJSON(b []byte) error {
+	var j inboundJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*in = Inbound{Proto: j.Proto, Local: j.Local, Remote: j.Remote, StartNs: j.StartNs, DurNs: j.DurNs,
+		Request: joinPayload(j.Request, j.RequestB64), Response: joinPayload(j.Response, j.ResponseB64),
+		RequestTruncated: j.RequestTruncated, ResponseTruncated: j.ResponseTruncated}
+	return nil
+}
+
+// MarshalJSON implements json.Marshaler with the payload rules of schema v1.
+func (c Call) MarshalJSON() ([]byte, error) {
+	j := callJSON{Seq: c.Seq, Proto: c.Proto, Dst: c.Dst, Setup: c.Setup, Conn: c.Conn, StartNs: c.StartNs, DurNs: c.DurNs,
+		RequestTruncated: c.RequestTruncated, ResponseTruncated: c.ResponseTruncated}
+	j.Request, j.RequestB64 = splitPayload(c.Request)
+	j.Response, j.ResponseB64 = splitPayload(c.Response)
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (c *Call) UnmarshalJSON(b []byte) error {
+	var j callJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*c = Call{Seq: j.Seq, Proto: j.Proto, Dst: j.Dst, Setup: j.Setup, Conn: j.Conn, StartNs: j.StartNs, DurNs: j.DurNs,
+		Request: joinPayload(j.Request, j.RequestB64), Response: joinPayload(j.Response, j.ResponseB64),
+		RequestTruncated: j.RequestTruncated, ResponseTruncated: j.ResponseTruncated}
+	return nil
+}
+
+// Marshal encodes s as one JSONL line, without the trailing newline.
+func Marshal(s *Session) ([]byte, error) {
+	if s.V == 0 {
+		c := *s
+		c.V = SchemaVersion
+		s = &c
+	}
+	return json.Marshal(s)
+}
+
+// Unmarshal decodes one JSONL line. It rejects sessions of another schema
+// version and sessions without an id.
+func Unmarshal(line []byte) (*Session, error) {
+	var s Session
+	if err := json.Unmarshal(line, &s); err != nil {
+		return nil, err
+	}
+	if s.V != SchemaVersion {
+		return nil, fmt.Errorf("unsupported schema version %d (want %d)", s.V, SchemaVersion)
+	}
+	if s.ID == "" {
+		return nil, fmt.Errorf("session has no id")
+	}
+	return &s, nil
+}

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The one test command (README): installs what the tests need when it is
+# missing, starts redis-server and mariadb on loopback ports, runs the
+# linters and every test, and stops what it started.
+#
+#   scripts/test.sh            everything
+#   scripts/test.sh ./trace/   only these packages (linters still run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+REDIS_PORT=${REDIS_PORT:-16379}
+MYSQL_PORT=${MYSQL_PORT:-13306}
+work=$(mktemp -d /tmp/retrace-test.XXXXXX)
+export PATH="$(go env GOPATH)/bin:$PATH"
+
+log() { printf '==> %s\n' "$*"; }
+
+install_missing() {
+	local need=()
+	command -v redis-server >/dev/null || need+=(redis-server)
+	command -v mariadbd >/dev/null || need+=(mariadb-server)
+	command -v chromium >/dev/null || need+=(chromium)
+	if [ ${#need[@]} -gt 0 ]; then
+		log "installing ${need[*]}"
+		local sudo=""
+		[ "$(id -u)" = 0 ] || sudo=sudo
+		$sudo apt-get update -qq
+		$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+	fi
+	if ! command -v staticcheck >/dev/null; then
+		log "installing staticcheck"
+		go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+	fi
+}
+
+cleanup() {
+	set +e
+	[ -f "$work/redis.pid" ] && kill "$(cat "$work/redis.pid")" 2>/dev/null
+	[ -f "$work/mysql.pid" ] && kill "$(cat "$work/mysql.pid")" 2>/dev/null
+	sleep 0.5
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+start_redis() {
+	redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+		--daemonize yes --pidfile "$work/redis.pid" --logfile "$work/redis.log" --dir "$work"
+	for _ in $(seq 50); do
+		redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	redis-cli -p "$REDIS_PORT" ping >/dev/null
+	export RETRACE_TEST_REDIS="127.0.0.1:$REDIS_PORT"
+}
+
+start_mysql() {
+	local user=()
+	[ "$(id -u)" = 0 ] && user=(--user=root)
+	mariadb-install-db "${user[@]}" --datadir="$work/mysql" --auth-root-authentication-method=normal \
+		--skip-test-db >"$work/mysql-install.log" 2>&1
+	mariadbd "${user[@]}" --datadir="$work/mysql" --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
+		--socket="$work/mysql.sock" --pid-file="$work/mysql.pid" --skip-log-bin \
+		--innodb-buffer-pool-size=64M --max-connections=500 >"$work/mysql.log" 2>&1 &
+	for _ in $(seq 100); do
+		mariadb-admin --socket="$work/mysql.sock" -uroot ping >/dev/null 2>&1 && break
+		sleep 0.2
+	done
+	mariadb --socket="$work/mysql.sock" -uroot <<-SQL
+		CREATE DATABASE IF NOT EXISTS retrace_test;
+		CREATE USER IF NOT EXISTS 'retrace'@'%' IDENTIFIED BY 'retrace';
+		GRANT ALL ON *.* TO 'retrace'@'%';
+	SQL
+	export RETRACE_TEST_MYSQL="retrace:retrace@tcp(127.0.0.1:$MYSQL_PORT)/retrace_test?parseTime=true"
+}
+
+install_missing
+log "gofmt"
+bad=$(gofmt -l $(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))
+[ -z "$bad" ] || { echo "gofmt would change: $bad"; exit 1; }
+log "go vet"
+go vet ./...
+log "staticcheck"
+staticcheck ./...
+log "cross-build linux/arm64"
+GOOS=linux GOARCH=arm64 go build ./...
+
+start_redis
+start_mysql
+export RETRACE_TEST_CHROMIUM=$(command -v chromium)
+export RETRACE_TEST_ARTIFACTS=${RETRACE_TEST_ARTIFACTS:-$root/test-artifacts}
+mkdir -p "$RETRACE_TEST_ARTIFACTS"
+
+pkgs=("$@")
+[ ${#pkgs[@]} -gt 0 ] || pkgs=(./...)
+log "go test -race ${pkgs[*]}"
+go test -race -count=1 -timeout 10m "${pkgs[@]}"
+log "all tests passed"

@@ -1,0 +1,144 @@
+package load
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// HTTPExecutor sends KindHTTP requests with a keep-alive client whose pool
+// holds as many connections as requests in flight.
+type HTTPExecutor struct {
+	base       *url.URL
+	client     *http.Client
+	transport  *http.Transport
+	failStatus int
+	closeOnce  sync.Once
+}
+
+var _ Executor = (*HTTPExecutor)(nil)
+
+// NewHTTPExecutor returns an executor sending to target (scheme://host:port
+// and an optional path prefix).
+func NewHTTPExecutor(target string, cfg ExecutorConfig) (*HTTPExecutor, error) {
+	cfg = cfg.withDefaults()
+	base, err := url.Parse(target)
+	if err != nil || base.Host == "" || (base.Scheme != "http" && base.Scheme != "https") {
+		return nil, fmt.Errorf("bad HTTP target %q (want http://HOST:PORT)", target)
+	}
+	tr := &http.Transport{
+		Proxy: nil, // a load test goes where it is told
+		DialContext: (&net.Dialer{
+			Timeout:   10 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		MaxIdleConns:          cfg.Concurrency,
+		MaxIdleConnsPerHost:   cfg.Concurrency,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true, // measure the bytes the target sends, don't inflate them
+		ForceAttemptHTTP2:     false,
+		WriteBufferSize:       16 << 10,
+		ReadBufferSize:        16 << 10,
+	}
+	return &HTTPExecutor{
+		base:      base,
+		transport: tr,
+		client: &http.Client{
+			Transport: tr,
+			Timeout:   cfg.Timeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse // a redirect is the answer, as in production
+			},
+		},
+		failStatus: cfg.FailStatus,
+	}, nil
+}
+
+// discardBufs are the buffers response bodies are drained through.
+var discardBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// Execute implements Executor.
+func (e *HTTPExecutor) Execute(ctx context.Context, r *Request) Outcome {
+	if k := r.EffectiveKind(); k != KindHTTP {
+		return Outcome{Err: fmt.Errorf("request of kind %q cannot run on HTTP target %s", k, e.base.Redacted())}
+	}
+	req, err := e.newRequest(ctx, r)
+	if err != nil {
+		return Outcome{Err: err}
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return Outcome{Err: err}
+	}
+	bp := discardBufs.Get().(*[]byte)
+	_, err = io.CopyBuffer(io.Discard, resp.Body, *bp)
+	discardBufs.Put(bp)
+	resp.Body.Close()
+	if err != nil {
+		return Outcome{Status: resp.StatusCode, Err: fmt.Errorf("reading response body: %w", err)}
+	}
+	if resp.StatusCode >= e.failStatus {
+		return Outcome{Status: resp.StatusCode, Err: fmt.Errorf("HTTP status %d", resp.StatusCode)}
+	}
+	return Outcome{Status: resp.StatusCode}
+}
+
+// newRequest resolves r.URL against the target: scheme and host always
+// come from the target, the path is the target's prefix joined with the
+// request's.
+func (e *HTTPExecutor) newRequest(ctx context.Context, r *Request) (*http.Request, error) {
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		return nil, fmt.Errorf("bad url %q: %w", r.URL, err)
+	}
+	u.Scheme, u.Host, u.User = e.base.Scheme, e.base.Host, e.base.User
+	if p := strings.TrimSuffix(e.base.Path, "/"); p != "" {
+		u.Path = p + u.Path
+		if u.RawPath != "" {
+			u.RawPath = p + u.RawPath
+		}
+	}
+	req := &http.Request{
+		Method:     r.HTTPMethod(),
+		URL:        u,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     make(http.Header, len(r.Header)),
+		Host:       u.Host,
+	}
+	for k, v := range r.Header {
+		switch http.CanonicalHeaderKey(k) {
+		case "Host":
+			if len(v) > 0 && v[0] != "" {
+				req.Host = v[0]
+			}
+			continue
+		case "Content-Length", "Connection", "Transfer-Encoding", "Keep-Alive", "Te", "Upgrade", "Proxy-Connection":
+			continue // hop-by-hop or recomputed
+		}
+		req.Header[k] = v
+	}
+	if len(r.Body) > 0 {
+		req.Body = io.NopCloser(bytes.NewReader(r.Body))
+		req.ContentLength = int64(len(r.Body))
+		body := r.Body
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	return req.WithContext(ctx), nil
+}
+
+// Close implements Executor.
+func (e *HTTPExecutor) Close() error {
+	e.closeOnce.Do(e.transport.CloseIdleConnections)
+	return nil
+}

@@ -1,0 +1,69 @@
+package goid
+
+import (
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// stackID parses the id the runtime prints in "goroutine N [running]:".
+func stackID(t *testing.T) int64 {
+	t.Helper()
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	f := strings.Fields(string(buf))
+	if len(f) < 2 || f[0] != "goroutine" {
+		t.Fatalf("unexpected stack header %q", buf)
+	}
+	id, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		t.Fatalf("stack header %q: %v", buf, err)
+	}
+	return id
+}
+
+func TestGetMatchesRuntimeAndIsUnique(t *testing.T) {
+	const n = 64
+	ids := make([]int64, n)
+	var wg sync.WaitGroup
+	errs := make(chan string, n)
+	for i := range n {
+		wg.Go(func() {
+			id := Get()
+			if want := stackID(t); id != want {
+				errs <- "Get() = " + strconv.FormatInt(id, 10) + ", runtime says " + strconv.FormatInt(want, 10)
+			}
+			if again := Get(); again != id {
+				errs <- "Get() changed within one goroutine"
+			}
+			ids[i] = id
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	seen := map[int64]bool{Get(): true}
+	for _, id := range ids {
+		if seen[id] {
+			t.Fatalf("goroutine id %d seen twice", id)
+		}
+		seen[id] = true
+	}
+}
+
+func BenchmarkGet(b *testing.B) {
+	b.ReportAllocs()
+	var s int64
+	for b.Loop() {
+		s += Get()
+	}
+	_ = s
+}

@@ -1,0 +1,150 @@
+package trace
+
+import (
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/retrace-dev/retrace/goid"
+)
+
+// Trace is one request's identity while it is served.
+type Trace struct {
+	// ID is the trace id: from Retrace-Trace-Id in replay mode, NewID in
+	// record mode. Bind expects a ValidID.
+	ID string
+	// ReplayTime is zero unless the request carried Retrace-Replay-Time: the
+	// recorded start of the request, for time mocking.
+	ReplayTime time.Time
+	// Arrived is when the agent saw the request (with a monotonic clock
+	// reading), so a mocked clock can add the time elapsed since.
+	Arrived time.Time
+}
+
+// binding is one Bind: a trace attached to one goroutine and, through a
+// pprof label, to the goroutines it starts.
+type binding struct {
+	// name holds the label value (the trace id). It must stay the first
+	// field: the label's value string points at it, and bindingOfName turns
+	// that pointer back into the binding. The string keeps the binding
+	// alive for as long as any goroutine still carries the label.
+	name [MaxIDLen]byte
+
+	trace    atomic.Pointer[Trace] // nil once released
+	released atomic.Bool
+	goid     int64    // goroutine Bind ran on
+	prev     *binding // goTable entry this binding shadowed (nested Bind), or nil
+
+	// Labels of the goroutine before Bind and the ones Bind set. Only
+	// release touches them, once, on the bound goroutine.
+	prevLabels, ourLabels unsafe.Pointer
+}
+
+// bindingOfName returns the binding whose name field holds the bytes of v.
+// v must be the value of a label recognised by isOurKey: only Bind creates
+// those, and their value always points at binding.name.
+func bindingOfName(v string) *binding {
+	return (*binding)(unsafe.Pointer(unsafe.StringData(v)))
+}
+
+var (
+	bindings goTable      // goroutine id → binding made on that goroutine
+	live     atomic.Int64 // bindings not yet released
+)
+
+// Bind binds t to the calling goroutine, and sets a pprof label so that
+// every goroutine it starts from now on (and their children) sees t too.
+// The application's own pprof labels stay as they are. A trace bound on a
+// goroutine shadows the one it inherited or bound before, until released.
+//
+// release undoes both: it drops the binding from the goroutine table and,
+// when called on the bound goroutine, restores the labels the goroutine had
+// before Bind (minus labels of traces released meanwhile). Called on another
+// goroutine it leaves that goroutine's labels alone; the stale label then
+// names a released trace, which Current treats as no trace. release is safe
+// to call more than once and from any goroutine. A binding that is never
+// released stays in the table: every Bind needs its release.
+//
+// Bind(nil) binds nothing and returns a release that does nothing.
+func Bind(t *Trace) (release func()) {
+	if t == nil {
+		return func() {}
+	}
+	b := &binding{goid: goid.Get()}
+	n := copy(b.name[:], t.ID)
+	if n == 0 {
+		b.name[0] = '-' // a pprof label value may not be empty to be seen
+		n = 1
+	}
+	b.trace.Store(t)
+	b.prev = bindings.swap(b.goid, b)
+	b.prevLabels = runtime_getProfLabel()
+	b.ourLabels = withLabel(b.prevLabels, unsafe.String(&b.name[0], n))
+	runtime_setProfLabel(b.ourLabels)
+	live.Add(1)
+	return b.release
+}
+
+func (b *binding) release() {
+	if !b.released.CompareAndSwap(false, true) {
+		return
+	}
+	b.trace.Store(nil)
+	live.Add(-1)
+
+	// Hand the goroutine's table entry back to the innermost binding this
+	// one shadowed that is still live. If the entry is no longer b, a later
+	// Bind on the goroutine shadows b and skips it when released itself.
+	p := b.prev
+	for p != nil && p.released.Load() {
+		p = p.prev
+	}
+	bindings.replaceIf(b.goid, b, p)
+
+	if goid.Get() != b.goid {
+		return
+	}
+	cur := runtime_getProfLabel()
+	if cur == b.ourLabels {
+		runtime_setProfLabel(withoutLabel(b.prevLabels, isReleased))
+	} else if next := withoutLabel(cur, func(x *binding) bool { return x == b }); next != cur {
+		// The application replaced the labels meanwhile but kept ours
+		// (copied by value): take ours out, keep theirs.
+		runtime_setProfLabel(next)
+	}
+	b.prevLabels, b.ourLabels = nil, nil
+}
+
+func isReleased(b *binding) bool { return b.released.Load() }
+
+// Current returns the trace of the calling goroutine, or nil. It looks in
+// the goroutine table first (a Bind on this goroutine), then at the pprof
+// label inherited from the goroutine that started this one. A goroutine
+// that outlives the request that started it inherited a label naming a
+// released trace: Current returns nil there, so late work is never charged
+// to a request that has ended (or to the next one on the same connection).
+//
+// Current takes no lock and does not allocate.
+func Current() *Trace {
+	if b := bindings.get(goid.Get()); b != nil {
+		if t := b.trace.Load(); t != nil {
+			return t
+		}
+	}
+	if b := labelBinding(runtime_getProfLabel()); b != nil {
+		return b.trace.Load()
+	}
+	return nil
+}
+
+// CurrentID returns the id of Current(), or "" when there is none.
+func CurrentID() string {
+	if t := Current(); t != nil {
+		return t.ID
+	}
+	return ""
+}
+
+// Bound returns the number of live bindings: made by Bind, not yet
+// released. It is a gauge for counters and leak checks.
+func Bound() int { return int(live.Load()) }

@@ -1,0 +1,288 @@
+package trace
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// event is what a test records of one onRequest call.
+type event struct {
+	head RequestHead
+	// start is the request's first byte as an offset in the whole output
+	// stream (Feed's offset plus what earlier calls returned).
+	start int
+}
+
+// feedAll feeds the chunks to a fresh parser in order, as a connection's
+// reads would, and returns the concatenated output and the events.
+func feedAll(t testing.TB, chunks ...[]byte) ([]byte, []event, *InboundParser) {
+	t.Helper()
+	var p InboundParser
+	var all []byte
+	var evs []event
+	for _, c := range chunks {
+		before := len(all)
+		out := p.Feed(nil, c, func(h RequestHead, off int) {
+			evs = append(evs, event{h, before + off})
+		})
+		if len(out) > len(c)+MaxHeld {
+			t.Fatalf("Feed(%q) returned %d bytes, more than input+MaxHeld", c, len(out))
+		}
+		if p.Held() > MaxHeld {
+			t.Fatalf("Held() = %d > MaxHeld", p.Held())
+		}
+		all = append(all, out...)
+	}
+	return all, evs, &p
+}
+
+const (
+	reqA = "GET /orders/1?x=y HTTP/1.1\r\n" +
+		"Host: svc\r\n" +
+		"Retrace-Trace-Id: rec-1.a_b\r\n" +
+		"User-Agent: t\r\n" +
+		"retrace-replay-time: 1764411323123456789\r\n" +
+		"traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n" +
+		"RETRACE-OTHER: whatever: it is\r\n" +
+		"\r\n"
+	reqAClean = "GET /orders/1?x=y HTTP/1.1\r\n" +
+		"Host: svc\r\n" +
+		"User-Agent: t\r\n" +
+		"traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n" +
+		"\r\n"
+	reqB = "POST /pay HTTP/1.1\r\n" +
+		"Retrace-Trace-Id: rec-2\r\n" +
+		"Content-Length: 32\r\n" +
+		"Retrace-Replay-Time: 5\r\n" +
+		"\r\n" +
+		"Retrace-Trace-Id: in-body\r\n\r\nabc"
+	reqBClean = "POST /pay HTTP/1.1\r\n" +
+		"Content-Length: 32\r\n" +
+		"\r\n" +
+		"Retrace-Trace-Id: in-body\r\n\r\nabc"
+	reqC = "PUT /c HTTP/1.1\r\n" +
+		"Transfer-Encoding: chunked\r\n" +
+		"Retrace-Trace-Id: rec-3\r\n" +
+		"\r\n" +
+		"1b;ext=1\r\nRetrace-Trace-Id: chunk\r\n\r\n\r\n" +
+		"0\r\n" +
+		"Retrace-Trace-Id: trailer\r\n" +
+		"\r\n"
+	reqCClean = "PUT /c HTTP/1.1\r\n" +
+		"Transfer-Encoding: chunked\r\n" +
+		"\r\n" +
+		"1b;ext=1\r\nRetrace-Trace-Id: chunk\r\n\r\n\r\n" +
+		"0\r\n" +
+		"Retrace-Trace-Id: trailer\r\n" +
+		"\r\n"
+)
+
+func TestInboundParserStreams(t *testing.T) {
+	replayA := time.Unix(0, 1764411323123456789)
+	tests := []struct {
+		name  string
+		in    string
+		want  string
+		heads []RequestHead
+		pass  bool
+	}{
+		{
+			name: "several retrace headers",
+			in:   reqA, want: reqAClean,
+			heads: []RequestHead{{TraceID: "rec-1.a_b", ReplayTime: replayA,
+				TraceParent: "4bf92f3577b34da6a3ce929d0e0e4736", Method: "GET", Path: "/orders/1?x=y", Stripped: 3}},
+		},
+		{
+			name: "keep-alive: each request its own trace, bodies untouched",
+			in:   reqA + reqB + reqC, want: reqAClean + reqBClean + reqCClean,
+			heads: []RequestHead{
+				{TraceID: "rec-1.a_b", ReplayTime: replayA, TraceParent: "4bf92f3577b34da6a3ce929d0e0e4736", Method: "GET", Path: "/orders/1?x=y", Stripped: 3},
+				{TraceID: "rec-2", ReplayTime: time.Unix(0, 5), Method: "POST", Path: "/pay", Stripped: 2},
+				{TraceID: "rec-3", Method: "PUT", Path: "/c", Stripped: 1},
+			},
+		},
+		{
+			name: "request without retrace header",
+			in:   "GET / HTTP/1.0\r\nHost: a\r\n\r\n", want: "GET / HTTP/1.0\r\nHost: a\r\n\r\n",
+			heads: []RequestHead{{Method: "GET", Path: "/"}},
+		},
+		{
+			name: "invalid id is stripped and flagged",
+			in:   "GET / HTTP/1.1\r\nRetrace-Trace-Id: bad id!\r\n\r\n", want: "GET / HTTP/1.1\r\n\r\n",
+			heads: []RequestHead{{BadTraceID: true, BadValue: "bad id!", Method: "GET", Path: "/", Stripped: 1}},
+		},
+		{
+			name: "too long id",
+			in:   "GET / HTTP/1.1\r\nRetrace-Trace-Id: " + strings.Repeat("a", 65) + "\r\n\r\n", want: "GET / HTTP/1.1\r\n\r\n",
+			heads: []RequestHead{{BadTraceID: true, BadValue: strings.Repeat("a", 65), Method: "GET", Path: "/", Stripped: 1}},
+		},
+		{
+			name: "two different ids: neither is used",
+			in:   "GET / HTTP/1.1\r\nRetrace-Trace-Id: a\r\nRetrace-Trace-Id: b\r\n\r\n", want: "GET / HTTP/1.1\r\n\r\n",
+			heads: []RequestHead{{BadTraceID: true, BadValue: "b", Method: "GET", Path: "/", Stripped: 2}},
+		},
+		{
+			name: "bad replay time",
+			in:   "GET / HTTP/1.1\r\nRetrace-Replay-Time: soon\r\nRetrace-Trace-Id: x\r\n\r\n", want: "GET / HTTP/1.1\r\n\r\n",
+			heads: []RequestHead{{TraceID: "x", BadReplayTime: true, BadValue: "soon", Method: "GET", Path: "/", Stripped: 2}},
+		},
+		{
+			name: "value white space is trimmed, bare LF line ends",
+			in:   "GET / HTTP/1.1\nRetrace-Trace-Id: \t x \t\nA: b\n\n", want: "GET / HTTP/1.1\nA: b\n\n",
+			heads: []RequestHead{{TraceID: "x", Method: "GET", Path: "/", Stripped: 1}},
+		},
+		{
+			name: "folded retrace header is stripped whole",
+			in:   "GET / HTTP/1.1\r\nRetrace-Trace-Id: x\r\n y\r\nA: b\r\n c\r\n\r\n", want: "GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n",
+			heads: []RequestHead{{BadTraceID: true, Method: "GET", Path: "/", Stripped: 1}},
+		},
+		{
+			name: "names that only start like retrace are kept",
+			in:   "GET / HTTP/1.1\r\nRetrace: 1\r\nRetraceX-Id: 2\r\nRetrac: 3\r\nX-Retrace-Trace-Id: 4\r\n\r\n",
+			want: "GET / HTTP/1.1\r\nRetrace: 1\r\nRetraceX-Id: 2\r\nRetrac: 3\r\nX-Retrace-Trace-Id: 4\r\n\r\n",
+			heads: []RequestHead{{Method: "GET", Path: "/"}},
+		},
+		{
+			name: "invalid traceparent ignored",
+			in:   "GET / HTTP/1.1\r\ntraceparent: 00-00000000000000000000000000000000-00f067aa0ba902b7-01\r\n\r\n",
+			want: "GET / HTTP/1.1\r\ntraceparent: 00-00000000000000000000000000000000-00f067aa0ba902b7-01\r\n\r\n",
+			heads: []RequestHead{{Method: "GET", Path: "/"}},
+		},
+		{
+			name: "TLS client hello passes through",
+			in:   "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03Retrace-Trace-Id: x\r\n",
+			want: "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03Retrace-Trace-Id: x\r\n",
+			pass: true,
+		},
+		{
+			name: "HTTP/2 preface passes through",
+			in:   "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\nRetrace-Trace-Id: x\r\n",
+			want: "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\nRetrace-Trace-Id: x\r\n",
+			pass: true,
+		},
+		{
+			name: "unsupported transfer coding: pass-through after the head",
+			in:   "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\nRetrace-Trace-Id: x\r\n\r\nGET / HTTP/1.1\r\nRetrace-Trace-Id: y\r\n\r\n",
+			want: "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nGET / HTTP/1.1\r\nRetrace-Trace-Id: y\r\n\r\n",
+			heads: []RequestHead{{TraceID: "x", Method: "POST", Path: "/", Stripped: 1}},
+			pass:  true,
+		},
+		{
+			name: "conflicting content lengths: pass-through",
+			in:   "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\nRetrace-Trace-Id: x\r\n\r\n",
+			want: "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\nRetrace-Trace-Id: x\r\n\r\n",
+			pass: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, evs, p := feedAll(t, []byte(tt.in))
+			if string(out) != tt.want {
+				t.Errorf("output\n got %q\nwant %q", out, tt.want)
+			}
+			if len(evs) != len(tt.heads) {
+				t.Fatalf("got %d requests %+v, want %d", len(evs), evs, len(tt.heads))
+			}
+			for i, e := range evs {
+				assertHead(t, i, e.head, tt.heads[i])
+			}
+			if p.PassThrough() != tt.pass {
+				t.Errorf("PassThrough() = %v, want %v", p.PassThrough(), tt.pass)
+			}
+		})
+	}
+}
+
+func assertHead(t *testing.T, i int, got, want RequestHead) {
+	t.Helper()
+	if !got.ReplayTime.Equal(want.ReplayTime) {
+		t.Errorf("request %d: ReplayTime %v, want %v", i, got.ReplayTime, want.ReplayTime)
+	}
+	got.ReplayTime, want.ReplayTime = time.Time{}, time.Time{}
+	if got != want {
+		t.Errorf("request %d:\n got %+v\nwant %+v", i, got, want)
+	}
+}
+
+// TestInboundParserEverySplit feeds a keep-alive stream of three requests
+// (several Retrace headers, a Content-Length body and a chunked body that
+// contain header-like text) cut in two, then in three, at every position,
+// and in one-byte reads: output and events must not depend on the cuts.
+func TestInboundParserEverySplit(t *testing.T) {
+	in := []byte(reqA + reqB + reqC)
+	wantOut, wantEvs, _ := feedAll(t, in)
+	if string(wantOut) != reqAClean+reqBClean+reqCClean || len(wantEvs) != 3 {
+		t.Fatalf("whole stream: got %q with %d requests", wantOut, len(wantEvs))
+	}
+	check := func(name string, chunks ...[]byte) {
+		t.Helper()
+		out, evs, p := feedAll(t, chunks...)
+		if !bytes.Equal(out, wantOut) {
+			t.Fatalf("%s: output\n got %q\nwant %q", name, out, wantOut)
+		}
+		if len(evs) != len(wantEvs) {
+			t.Fatalf("%s: %d requests, want %d", name, len(evs), len(wantEvs))
+		}
+		for i := range evs {
+			if evs[i].start != wantEvs[i].start {
+				t.Fatalf("%s: request %d starts at %d, want %d", name, i, evs[i].start, wantEvs[i].start)
+			}
+			assertHead(t, i, evs[i].head, wantEvs[i].head)
+		}
+		if !p.Idle() || p.Held() != 0 {
+			t.Fatalf("%s: parser not idle at the end (held %d)", name, p.Held())
+		}
+	}
+	for i := 0; i <= len(in); i++ {
+		check(fmt.Sprintf("split at %d", i), in[:i], in[i:])
+	}
+	for i := 0; i <= len(in); i += 3 {
+		for j := i; j <= len(in); j += 5 {
+			check(fmt.Sprintf("split at %d and %d", i, j), in[:i], in[i:j], in[j:])
+		}
+	}
+	var bytewise [][]byte
+	for i := range in {
+		bytewise = append(bytewise, in[i:i+1])
+	}
+	check("one byte per read", bytewise...)
+}
+
+func TestInboundParserEventOffsets(t *testing.T) {
+	var p InboundParser
+	var offs []int
+	on := func(_ RequestHead, off int) { offs = append(offs, off) }
+	// Two pipelined requests in one read, after 3 bytes left in out.
+	out := p.Feed([]byte("xyz"), []byte(reqA+reqB), on)
+	if want := []int{3, 3 + len(reqAClean)}; fmt.Sprint(offs) != fmt.Sprint(want) {
+		t.Fatalf("offsets %v, want %v", offs, want)
+	}
+	if string(out) != "xyz"+reqAClean+reqBClean {
+		t.Fatalf("output %q", out)
+	}
+	// A request whose line arrived in an earlier read starts before out.
+	offs = nil
+	out = p.Feed(nil, []byte("GET / HTTP/1.1\r\n"), on)
+	out2 := p.Feed([]byte("ab"), []byte("\r\n"), on)
+	if len(offs) != 1 || offs[0] != 2-len(out) {
+		t.Fatalf("offsets %v, want [%d]", offs, 2-len(out))
+	}
+	if string(out2) != "ab\r\n" {
+		t.Fatalf("output %q", out2)
+	}
+}
+
+func TestInboundParserHoldsOnlyAPrefix(t *testing.T) {
+	var p InboundParser
+	out := p.Feed(nil, []byte("GET / HTTP/1.1\r\nRetrace"), nil)
+	if string(out) != "GET / HTTP/1.1\r\n" || p.Held() != len("Retrace") {
+		t.Fatalf("output %q, held %d", out, p.Held())
+	}
+	out = p.Feed(nil, []byte("X: 1\r\n"), nil)
+	if string(out) != "RetraceX: 1\r\n" || p.Held() != 0 {
+		t.Fatalf("output %q, held %d", out, p.Held())
+	}
+}

@@ -1,0 +1,88 @@
+// Command orders runs the example order service.
+//
+//	go run ./examples/orders/cmd/orders -init \
+//	  -mysql 'root@tcp(127.0.0.1:3306)/orders' -redis 127.0.0.1:6379 \
+//	  -pricing http://127.0.0.1:8081 -listen 127.0.0.1:8080
+//
+// With RETRACE_MODE=record the agent records every request; with
+// RETRACE_MODE=replay it answers every downstream call from the mock server
+// (see the retrace README).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/retrace-dev/retrace/examples/orders"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "orders:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	env := orders.ConfigFromEnv()
+	fs := flag.NewFlagSet("orders", flag.ContinueOnError)
+	listen := fs.String("listen", envOr("ORDERS_LISTEN", "127.0.0.1:8080"), "listen address (env ORDERS_LISTEN)")
+	dsn := fs.String("mysql", env.MySQLDSN, "MySQL DSN, go-sql-driver syntax (env "+orders.EnvMySQLDSN+")")
+	redisAddr := fs.String("redis", env.RedisAddr, "Redis host:port (env "+orders.EnvRedisAddr+")")
+	prefix := fs.String("redis-prefix", env.RedisPrefix, "prefix of every Redis key, default orders: (env "+orders.EnvRedisPrefix+")")
+	pricingURL := fs.String("pricing", env.PricingURL, "base URL of the pricing service (env "+orders.EnvPricingURL+")")
+	variant := fs.String("variant", env.Variant, "build variant: empty or changed (env "+orders.EnvVariant+")")
+	initDB := fs.Bool("init", false, "create the schema and seed the data before serving")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	srv, err := orders.NewServer(orders.Config{MySQLDSN: *dsn, RedisAddr: *redisAddr, RedisPrefix: *prefix,
+		PricingURL: *pricingURL, Variant: *variant})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *initDB {
+		if err := srv.Setup(ctx); err != nil {
+			return err
+		}
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	// Tests and the demo read the address from this line (with -listen :0).
+	fmt.Fprintf(os.Stderr, "orders: listening on %s\n", ln.Addr())
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,229 @@
+package recording
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// errLog collects errors reported to a store's error handler.
+type errLog struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (l *errLog) add(err error) { l.mu.Lock(); l.errs = append(l.errs, err); l.mu.Unlock() }
+func (l *errLog) all() []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]error(nil), l.errs...)
+}
+
+func sessions(n int, prefix string) []*Session {
+	out := make([]*Session, n)
+	base := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	for i := range out {
+		s := sampleSession(fmt.Sprintf("%s%04d", prefix, i))
+		s.At = base.Add(time.Duration(i) * time.Millisecond)
+		out[i] = s
+	}
+	return out
+}
+
+func scanIDs(t *testing.T, r Reader) []string {
+	t.Helper()
+	var ids []string
+	require.NoError(t, r.Scan(context.Background(), func(s *Session) error {
+		ids = append(ids, s.ID)
+		return nil
+	}))
+	return ids
+}
+
+func ids(ss []*Session) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = s.ID
+	}
+	return out
+}
+
+// storeContract checks what every Store must do.
+func storeContract(t *testing.T, st Store) {
+	ctx := context.Background()
+	in := sessions(25, "c")
+	for i := 0; i < len(in); i += 10 {
+		require.NoError(t, st.Write(ctx, in[i:min(i+10, len(in))]))
+	}
+	require.NoError(t, st.Flush(ctx))
+	assert.Equal(t, ids(in), scanIDs(t, st), "Scan returns every session in time order")
+
+	got, err := st.Get(ctx, "c0017")
+	require.NoError(t, err)
+	want := *in[17]
+	want.V = SchemaVersion
+	assert.Equal(t, &want, got)
+
+	_, err = st.Get(ctx, "nope")
+	assert.ErrorIs(t, err, ErrNotFound)
+
+	n := 0
+	require.NoError(t, st.Scan(ctx, func(*Session) error { n++; return ErrStop }))
+	assert.Equal(t, 1, n, "ErrStop ends the scan")
+
+	boom := errors.New("boom")
+	assert.ErrorIs(t, st.Scan(ctx, func(*Session) error { return boom }), boom)
+
+	require.NoError(t, st.Close())
+	require.NoError(t, st.Close(), "Close twice")
+}
+
+func TestDirStore(t *testing.T) {
+	for _, gz := range []bool{false, true} {
+		t.Run(fmt.Sprintf("gzip=%v", gz), func(t *testing.T) {
+			dir := t.TempDir()
+			st, err := NewDirStore(dir, WithGzip(gz), WithRotateSessions(7))
+			require.NoError(t, err)
+			storeContract(t, st)
+			files, err := st.Files()
+			require.NoError(t, err)
+			assert.Len(t, files, 4, "25 sessions at 7 per file")
+			for _, f := range files {
+				assert.Equal(t, gz, strings.HasSuffix(f, ".jsonl.gz"), f)
+			}
+			// a second store on the same directory reads what the first wrote
+			again, err := Open(context.Background(), "file://"+dir)
+			require.NoError(t, err)
+			assert.Len(t, scanIDs(t, again), 25)
+			require.NoError(t, again.Close())
+		})
+	}
+}
+
+func TestDirStoreRotatesBySize(t *testing.T) {
+	dir := t.TempDir()
+	line, err := Marshal(sessions(2, "s")[1]) // the longest: its time has a fraction
+	require.NoError(t, err)
+	st, err := NewDirStore(dir, WithRotateBytes(int64(3*(len(line)+1))))
+	require.NoError(t, err)
+	require.NoError(t, st.Write(context.Background(), sessions(10, "s")))
+	require.NoError(t, st.Close())
+	files, err := st.Files()
+	require.NoError(t, err)
+	assert.Len(t, files, 4, "3 sessions per file")
+	assert.Len(t, scanIDs(t, st), 10)
+}
+
+func TestDirStoreSkipsBadLines(t *testing.T) {
+	dir := t.TempDir()
+	good := func(id string) string {
+		b, err := Marshal(sampleSession(id))
+		require.NoError(t, err)
+		return string(b)
+	}
+	long := `{"v":1,"id":"long","app":"` + strings.Repeat("x", 2000) + `"}`
+	content := strings.Join([]string{good("a"), `{"v":1,"id":`, "", good("b"), long, `not json`, good("c")}, "\n") + "\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sessions-20261129T101523Z-0001.jsonl"), []byte(content), 0o644))
+	var zb bytes.Buffer
+	zw := gzip.NewWriter(&zb)
+	_, _ = zw.Write([]byte(good("d") + "\n{bad\n"))
+	require.NoError(t, zw.Close())
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sessions-20261129T101524Z-0001.jsonl.gz"), zb.Bytes(), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("ignored"), 0o644))
+
+	var log errLog
+	st, err := NewDirStore(dir, WithErrorHandler(log.add), WithMaxLine(1000))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a", "b", "c", "d"}, scanIDs(t, st))
+	assert.EqualValues(t, 4, st.Skipped())
+	errs := log.all()
+	require.Len(t, errs, 4)
+	var want []string
+	for _, e := range errs {
+		var bl *BadLineError
+		require.ErrorAs(t, e, &bl)
+		want = append(want, fmt.Sprintf("%s:%d", filepath.Base(bl.Source), bl.Line))
+	}
+	assert.Equal(t, []string{
+		"sessions-20261129T101523Z-0001.jsonl:2",
+		"sessions-20261129T101523Z-0001.jsonl:5",
+		"sessions-20261129T101523Z-0001.jsonl:6",
+		"sessions-20261129T101524Z-0001.jsonl.gz:2",
+	}, want)
+	assert.Contains(t, errs[1].Error(), "longer than 1000 bytes")
+}
+
+func TestDirStoreFlushMakesLinesVisible(t *testing.T) {
+	for _, gz := range []bool{false, true} {
+		t.Run(fmt.Sprintf("gzip=%v", gz), func(t *testing.T) {
+			var log errLog
+			st, err := NewDirStore(t.TempDir(), WithGzip(gz), WithErrorHandler(log.add))
+			require.NoError(t, err)
+			defer st.Close()
+			require.NoError(t, st.Write(context.Background(), sessions(3, "f")))
+			require.NoError(t, st.Flush(context.Background()))
+			assert.Len(t, scanIDs(t, st), 3, "flushed sessions of an open file are readable")
+			for _, e := range log.all() {
+				var bl *BadLineError
+				assert.False(t, errors.As(e, &bl), "no line of an open file is reported bad: %v", e)
+			}
+		})
+	}
+}
+
+func TestOpenURLs(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	tests := []struct {
+		url  string
+		kind string
+	}{
+		{dir, "*recording.DirStore"},
+		{"file://" + dir, "*recording.DirStore"},
+		{"mem://", "*recording.BlobStore"},
+		{"blob+file://" + dir, "*recording.BlobStore"},
+		{"redis://127.0.0.1:1/0?prefix=x:", "*recording.RedisStore"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.url, func(t *testing.T) {
+			st, err := Open(ctx, tc.url)
+			require.NoError(t, err)
+			assert.Equal(t, tc.kind, fmt.Sprintf("%T", st))
+			require.NoError(t, st.Close())
+		})
+	}
+	for _, bad := range []string{"", "file://", "nosuch://x", "redis://h:1/0?bogus=1"} {
+		_, err := Open(ctx, bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+func BenchmarkDirStoreWrite(b *testing.B) {
+	for _, gz := range []bool{false, true} {
+		b.Run(fmt.Sprintf("gzip=%v", gz), func(b *testing.B) {
+			st, err := NewDirStore(b.TempDir(), WithGzip(gz))
+			require.NoError(b, err)
+			batch := sessions(64, "b")
+			ctx := context.Background()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := st.Write(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			require.NoError(b, st.Close())
+			b.ReportMetric(float64(b.N*len(batch))/b.Elapsed().Seconds(), "sessions/s")
+		})
+	}
+}

@@ -30,6 +30,8 @@ type TraceReport struct {
 	// Unused lists the recorded (non set-up) calls of the recording that no
 	// live request matched: calls the new build no longer makes.
 	Unused []recording.Call `json:"unused"`
+	// Dropped counts calls received beyond Config.MaxObserved, not listed.
+	Dropped int `json:"dropped,omitempty"`
 }
 
 // ObservedCall is one request the system under test made, and how it was
@@ -46,6 +48,11 @@ type ObservedCall struct {
 	Strategy string  `json:"strategy,omitempty"` // "order", "first", "last", "hamming", "json", "sql", "redis", "setup"
 	Score    float64 `json:"score,omitempty"`    // similarity in [0,1]; 1 for exact or order matches
 	Error    string  `json:"error,omitempty"`    // why no recording answered
+	// Synthesized marks a set-up request no recording answered, which the
+	// mock server answered itself (Matched is then 0).
+	Synthesized bool `json:"synthesized,omitempty"`
+	// Proxied marks a request sent to the real destination.
+	Proxied bool `json:"proxied,omitempty"`
 }
 
 // MissingMock is a request no recorded call answered: what a user reads to

@@ -1,0 +1,242 @@
+package mockserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/trace"
+)
+
+// Default addresses: both loopback, so a mock server is never reachable from
+// another machine unless told otherwise.
+const (
+	DefaultListen = "127.0.0.1:3515"
+	DefaultAdmin  = "127.0.0.1:3516"
+)
+
+// Strategy names one way of choosing the recorded call that answers a live
+// request among the recorded calls of its trace and destination with the
+// same operation (HTTP method and path, Redis command, normalised SQL).
+type Strategy string
+
+// The matching strategies. A chain of them is tried in turn; the first that
+// finds a call answers.
+const (
+	// StrategyOrder takes the calls in recorded order, each once.
+	StrategyOrder Strategy = "order"
+	// StrategyFirst always answers with the first recorded call (reusable).
+	StrategyFirst Strategy = "first"
+	// StrategyLast always answers with the last recorded call (reusable).
+	StrategyLast Strategy = "last"
+	// StrategyHamming takes the unused call whose request is nearest by
+	// Hamming distance over the shorter length.
+	StrategyHamming Strategy = "hamming"
+	// StrategyJSON takes the unused call whose JSON body has the largest
+	// share of fields equal to the live one's.
+	StrategyJSON Strategy = "json"
+	// StrategySQL takes, among unused calls with the same normalised SQL,
+	// the one with the most equal literals / statement parameters.
+	StrategySQL Strategy = "sql"
+	// StrategyRedis takes, among unused calls with the same command and
+	// key, the one with the most equal arguments.
+	StrategyRedis Strategy = "redis"
+)
+
+var strategies = []Strategy{StrategyOrder, StrategyFirst, StrategyLast, StrategyHamming, StrategyJSON, StrategySQL, StrategyRedis}
+
+// ParseStrategies parses a comma-separated chain such as "redis,order".
+func ParseStrategies(s string) ([]Strategy, error) {
+	var out []Strategy
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		ok := false
+		for _, st := range strategies {
+			if f == string(st) {
+				out = append(out, st)
+				ok = true
+			}
+		}
+		if !ok {
+			return nil, fmt.Errorf("unknown matching strategy %q in %q (want a comma-separated list of %v)", f, s, strategies)
+		}
+	}
+	return out, nil
+}
+
+// Source streams recorded sessions into yield, stopping at the first error
+// yield returns. A recording store's Scan has this shape.
+type Source func(ctx context.Context, yield func(*recording.Session) error) error
+
+// SessionsSource returns a Source over sessions held in memory.
+func SessionsSource(sessions ...*recording.Session) Source {
+	return func(ctx context.Context, yield func(*recording.Session) error) error {
+		for _, s := range sessions {
+			if err := yield(s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// Config configures a Server. Every field's zero value is usable.
+type Config struct {
+	// Listen is the address of the framed-traffic listener. "" means
+	// DefaultListen (loopback).
+	Listen string
+	// Admin is the address of the admin API. "" means DefaultAdmin
+	// (loopback); "-" disables the admin listener (Handler still serves it).
+	Admin string
+
+	// ReadTimeout bounds the time between the first byte of a frame and its
+	// last: a sender slower than that loses its connection. 0 means 10s.
+	ReadTimeout time.Duration
+	// IdleTimeout closes a connection on which no frame starts for this
+	// long. 0 means never: pooled connections legitimately sit idle.
+	IdleTimeout time.Duration
+	// WriteTimeout bounds one write of an answer. 0 means 10s.
+	WriteTimeout time.Duration
+	// MaxFrame is the largest frame payload accepted; a longer frame closes
+	// its connection. 0 means 16 MiB.
+	MaxFrame int
+	// MaxMessage is the largest protocol message (an HTTP request with its
+	// body, a Redis command, a MySQL command) assembled from frames. 0 means
+	// 64 MiB.
+	MaxMessage int
+
+	// Strategies is the matching chain for destinations without their own.
+	// Empty means [StrategyOrder].
+	Strategies []Strategy
+	// DstStrategies gives destinations ("host:port") their own chain.
+	DstStrategies map[string][]Strategy
+
+	// Passthrough lists destinations whose connections are proxied whole to
+	// a real server: the value is its address, "" meaning the destination
+	// itself.
+	Passthrough map[string]string
+	// Untraced lists destinations whose requests without a trace id are
+	// proxied to a real server (HTTP and Redis only): the value is its
+	// address, "" meaning the destination itself; the key "*" stands for
+	// every destination. Untraced requests to other destinations are
+	// refused with a protocol error.
+	Untraced map[string]string
+
+	// Lookup, when set, fetches a recording that was not loaded, by id (a
+	// store's Get). A nil session with a nil error means "no such
+	// recording".
+	Lookup func(ctx context.Context, id string) (*recording.Session, error)
+
+	// MaxObserved bounds the calls kept per trace for its report. 0 means
+	// 100000.
+	MaxObserved int
+	// MaxMissing bounds the missing mocks kept for /missing. 0 means 10000.
+	MaxMissing int
+
+	// Logger receives connection errors, missing mocks and lifecycle
+	// events. nil discards them.
+	Logger *slog.Logger
+}
+
+// withDefaults returns c with zero values replaced by their defaults, or an
+// error naming the first invalid field.
+func (c Config) withDefaults() (Config, error) {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Admin == "" {
+		c.Admin = DefaultAdmin
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = 10 * time.Second
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.MaxFrame == 0 {
+		c.MaxFrame = 16 << 20
+	}
+	if c.MaxMessage == 0 {
+		c.MaxMessage = 64 << 20
+	}
+	if len(c.Strategies) == 0 {
+		c.Strategies = []Strategy{StrategyOrder}
+	}
+	if c.MaxObserved == 0 {
+		c.MaxObserved = 100000
+	}
+	if c.MaxMissing == 0 {
+		c.MaxMissing = 10000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case c.ReadTimeout < 0 || c.WriteTimeout < 0 || c.IdleTimeout < 0:
+		return c, errors.New("mockserver: timeouts must not be negative")
+	case c.MaxFrame < 0 || c.MaxMessage < 0 || c.MaxObserved < 0 || c.MaxMissing < 0:
+		return c, errors.New("mockserver: limits must not be negative")
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return c, fmt.Errorf("mockserver: listen address %q: %w", c.Listen, err)
+	}
+	if c.Admin != "-" {
+		if _, _, err := net.SplitHostPort(c.Admin); err != nil {
+			return c, fmt.Errorf("mockserver: admin address %q: %w", c.Admin, err)
+		}
+	}
+	for dst, chain := range c.DstStrategies {
+		if !trace.ValidDst(dst) {
+			return c, fmt.Errorf("mockserver: strategy destination %q is not host:port", dst)
+		}
+		if len(chain) == 0 {
+			return c, fmt.Errorf("mockserver: empty strategy chain for destination %q", dst)
+		}
+	}
+	for _, m := range []map[string]string{c.Passthrough, c.Untraced} {
+		for dst, real := range m {
+			if dst != "*" && !trace.ValidDst(dst) {
+				return c, fmt.Errorf("mockserver: pass-through destination %q is not host:port", dst)
+			}
+			if real != "" {
+				if _, _, err := net.SplitHostPort(real); err != nil {
+					return c, fmt.Errorf("mockserver: real address %q for %q: %w", real, dst, err)
+				}
+			}
+		}
+	}
+	return c, nil
+}
+
+func (c *Config) chain(dst string) []Strategy {
+	if s, ok := c.DstStrategies[dst]; ok {
+		return s
+	}
+	return c.Strategies
+}
+
+// passthrough returns the real address of a pass-through destination.
+func (c *Config) passthrough(dst string) (string, bool) {
+	real, ok := c.Passthrough[dst]
+	if real == "" {
+		real = dst
+	}
+	return real, ok
+}
+
+// untraced returns where untraced requests to dst go.
+func (c *Config) untraced(dst string) (string, bool) {
+	real, ok := c.Untraced[dst]
+	if !ok {
+		real, ok = c.Untraced["*"]
+	}
+	if real == "" {
+		real = dst
+	}
+	return real, ok
+}

@@ -1,0 +1,308 @@
+package mockserver
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/retrace-dev/retrace/trace"
+)
+
+// errQuit ends a connection whose client said goodbye (COM_QUIT, QUIT,
+// Connection: close) or whose request has no protocol error to answer with.
+var errQuit = errors.New("client ended the connection")
+
+// conn is one framed connection from an agent. Its goroutine reads frames,
+// assembles protocol messages and answers them in order.
+type conn struct {
+	s   *Server
+	nc  net.Conn
+	br  *bufio.Reader
+	ctx context.Context
+
+	dst    string
+	ad     adapter
+	buf    []byte // payload bytes of requests not yet complete
+	msgTID string // trace of the request being assembled
+	out    []byte // answers not yet written
+
+	up     net.Conn // real destination for untraced requests, dialled on demand
+	upAddr string
+}
+
+// serve runs the connection until the peer leaves, a protocol or frame
+// error occurs, or the server closes.
+func (c *conn) serve() {
+	err := c.run()
+	if c.up != nil {
+		c.up.Close()
+	}
+	c.nc.Close()
+	switch {
+	case err == nil, errors.Is(err, io.EOF), errors.Is(err, errQuit), errors.Is(err, net.ErrClosed):
+	default:
+		c.s.metrics.connErrors.Inc()
+		c.s.log.Warn("closing connection", "remote", c.nc.RemoteAddr().String(), "dst", c.dst, "err", err)
+	}
+}
+
+func (c *conn) run() error {
+	for {
+		h, err := c.readFrame()
+		if err != nil {
+			return err
+		}
+		if c.dst == "" {
+			c.dst = h.Dst
+			if real, ok := c.s.cfg.passthrough(h.Dst); ok {
+				return c.passthrough(real)
+			}
+			if p := c.s.protoFor(c.dst); p != "" {
+				c.ad = c.newAdapter(p)
+				if g := c.ad.greeting(); g != nil {
+					if err := c.write(g); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if len(c.buf) == 0 {
+			continue
+		}
+		if c.ad == nil {
+			c.ad = c.newAdapter(sniff(c.buf))
+		}
+		if err := c.process(); err != nil {
+			return err
+		}
+	}
+}
+
+// readFrame reads one frame and appends its payload to c.buf. The connection
+// may idle for IdleTimeout before a frame starts; once its first byte has
+// arrived the whole frame must arrive within ReadTimeout.
+func (c *conn) readFrame() (trace.FrameHeader, error) {
+	cfg := &c.s.cfg
+	if c.br.Buffered() > 0 {
+		c.nc.SetReadDeadline(time.Now().Add(cfg.ReadTimeout))
+	} else if cfg.IdleTimeout > 0 {
+		c.nc.SetReadDeadline(time.Now().Add(cfg.IdleTimeout))
+	} else {
+		c.nc.SetReadDeadline(time.Time{})
+	}
+	armed := c.br.Buffered() > 0
+	want := 1
+	for {
+		b, err := c.br.Peek(want)
+		if len(b) > 0 && !armed {
+			armed = true
+			c.nc.SetReadDeadline(time.Now().Add(cfg.ReadTimeout))
+		}
+		if len(b) == 0 && err != nil {
+			return trace.FrameHeader{}, err
+		}
+		h, n, perr := trace.ParseFrameHeader(b)
+		if perr == nil {
+			if h.Len > cfg.MaxFrame {
+				return h, fmt.Errorf("%w: %d > %d bytes (destination %s)", trace.ErrFrameTooLong, h.Len, cfg.MaxFrame, h.Dst)
+			}
+			c.br.Discard(n)
+			if len(c.buf) == 0 || c.msgTID == "" {
+				c.msgTID = h.TID
+			}
+			start := len(c.buf)
+			c.buf = append(c.buf, make([]byte, h.Len)...)
+			if _, err := io.ReadFull(c.br, c.buf[start:]); err != nil {
+				return h, fmt.Errorf("reading %d payload bytes of a frame to %s: %w", h.Len, h.Dst, unexpected(err))
+			}
+			return h, nil
+		}
+		if perr != io.ErrUnexpectedEOF {
+			return h, perr
+		}
+		if err != nil {
+			return h, unexpected(err)
+		}
+		if want >= trace.MaxFrameHeader {
+			return h, fmt.Errorf("%w: header longer than %d bytes", trace.ErrFrameSyntax, trace.MaxFrameHeader)
+		}
+		if buf := c.br.Buffered(); buf > len(b) {
+			want = min(buf, trace.MaxFrameHeader)
+		} else {
+			want = min(len(b)+1, trace.MaxFrameHeader)
+		}
+	}
+}
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// process answers every complete request in c.buf, in order, and writes the
+// answers at once (a pipeline gets one write).
+func (c *conn) process() error {
+	off := 0
+	var quit error
+	for off < len(c.buf) {
+		r, n, interim, err := c.ad.next(c.buf[off:])
+		if err != nil {
+			return fmt.Errorf("%s request to %s: %w", c.ad.proto(), c.dst, err)
+		}
+		c.out = append(c.out, interim...)
+		if n == 0 {
+			break
+		}
+		start := time.Now()
+		closeAfter := c.answer(&r)
+		c.s.metrics.latency.Observe(time.Since(start).Seconds())
+		off += n
+		if r.quit || closeAfter {
+			quit = errQuit
+			break
+		}
+	}
+	c.buf = c.buf[:copy(c.buf, c.buf[off:])]
+	if len(c.buf) == 0 {
+		c.msgTID = ""
+	}
+	if len(c.out) > 0 {
+		err := c.write(c.out)
+		c.out = c.out[:0]
+		if cap(c.out) > 1<<20 {
+			c.out = nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return quit
+}
+
+func (c *conn) write(b []byte) error {
+	c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	_, err := c.nc.Write(b)
+	return err
+}
+
+// answer appends the answer to r to c.out. It reports whether the
+// connection must close after it (a missing mock in a protocol without an
+// error message).
+func (c *conn) answer(r *request) (closeAfter bool) {
+	s := c.s
+	proto := c.ad.proto()
+	s.metrics.request(proto)
+	tid := c.msgTID
+	var ts *traceState
+	if tid != "" {
+		ts = s.trace(c.ctx, tid)
+	}
+	oc := ObservedCall{Proto: proto, Dst: c.dst, Setup: r.setup, Request: r.raw, Matched: -1}
+	var out []byte
+	reason := ""
+	switch {
+	case r.local:
+		out = c.ad.synth(r)
+		oc.Matched, oc.Strategy, oc.Synthesized = 0, "setup", true
+	case r.setup:
+		if a, ok := s.idx.answerSetup(c.dst, r); ok {
+			out = c.ad.reply(r, a.resp)
+			oc.Matched, oc.Strategy, oc.Score = a.seq, "setup", 1
+		} else {
+			out = c.ad.synth(r)
+			oc.Matched, oc.Strategy, oc.Synthesized = 0, "setup", true
+		}
+	case tid == "":
+		if real, ok := s.cfg.untraced(c.dst); ok && (proto == protoHTTP || proto == protoRedis) {
+			var err error
+			if out, err = c.proxy(real, r); err == nil {
+				oc.Proxied = true
+				break
+			} else {
+				reason = fmt.Sprintf("untraced request to %s could not be proxied to %s: %v", c.dst, real, err)
+			}
+		} else {
+			reason = fmt.Sprintf("untraced request (empty trace id) to %s, and no proxy is configured for it", c.dst)
+		}
+	default:
+		ts.mu.Lock()
+		out, reason = c.matchTrace(ts, r, &oc)
+		ts.mu.Unlock()
+	}
+	if reason != "" && !r.noReply {
+		oc.Error = reason
+		out = c.ad.missing(r, reason)
+		closeAfter = out == nil
+		s.metrics.miss(proto)
+		s.traces.addMissing(MissingMock{Trace: tid, Proto: proto, Dst: c.dst, Request: append([]byte(nil), r.raw...), Reason: reason})
+		s.log.Info("missing mock", "trace", tid, "dst", c.dst, "proto", proto, "op", r.op, "reason", reason)
+	} else if oc.Strategy != "" {
+		s.metrics.match(oc.Strategy)
+	}
+	if ts != nil && (reason == "" || !r.noReply) {
+		ts.mu.Lock()
+		ts.observe(oc, s.cfg.MaxObserved)
+		ts.mu.Unlock()
+	}
+	c.out = append(c.out, out...)
+	return closeAfter
+}
+
+// matchTrace finds the recorded answer to r in the trace's recording; the
+// caller holds ts.mu.
+func (c *conn) matchTrace(ts *traceState, r *request, oc *ObservedCall) ([]byte, string) {
+	s := c.s
+	reason := ""
+	if ts.entry == nil {
+		reason = fmt.Sprintf("trace %q resolves to no recording (no session %q is loaded and no alias names it)", ts.id, ts.recID)
+	} else {
+		du := s.idx.unitsFor(ts.entry, c.dst)
+		var used []bool
+		if du != nil {
+			if used = ts.used[c.dst]; used == nil {
+				used = make([]bool, len(du.units))
+				ts.used[c.dst] = used
+			}
+		}
+		cur := ts.cursor[c.dst]
+		if cur == nil {
+			cur = map[string]int{}
+			ts.cursor[c.dst] = cur
+		}
+		res, why := match(s.cfg.chain(c.dst), r, du, used, cur)
+		if why == "" {
+			used[res.unit] = true
+			u := &du.units[res.unit]
+			oc.Matched, oc.Strategy, oc.Score = u.seq, string(res.strategy), res.score
+			return c.ad.reply(r, u.resp), ""
+		}
+		reason = fmt.Sprintf("recording %q: %s (%s %q)", ts.recID, why, r.op, clip(r.key))
+	}
+	// Not in the trace's recording: set-up traffic of the destination, or a
+	// statement prepared by any recording of it, still has an answer.
+	if a, ok := s.idx.answerSetup(c.dst, r); ok {
+		oc.Matched, oc.Strategy, oc.Score = a.seq, "setup", 1
+		return c.ad.reply(r, a.resp), ""
+	}
+	if c.ad.proto() == protoMySQL && strings.HasPrefix(r.op, "PREPARE ") {
+		if a, ok := s.idx.prepare(c.dst, r.key); ok {
+			oc.Matched, oc.Strategy, oc.Score = a.seq, "setup", 1
+			return c.ad.reply(r, a.resp), ""
+		}
+	}
+	return nil, reason
+}
+
+func clip(s string) string {
+	if len(s) > 120 {
+		return s[:120] + "…"
+	}
+	return s
+}

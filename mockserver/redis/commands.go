@@ -1,0 +1,106 @@
+package redis
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+)
+
+// Op returns the identity of a command: its name in upper case, followed by
+// the subcommand for container commands (CLIENT SETINFO, CONFIG GET, …).
+func Op(args [][]byte) string {
+	if len(args) == 0 {
+		return ""
+	}
+	name := strings.ToUpper(string(args[0]))
+	switch name {
+	case "CLIENT", "CONFIG", "CLUSTER", "COMMAND", "OBJECT", "MEMORY", "SCRIPT", "FUNCTION", "XINFO", "ACL", "LATENCY", "MODULE":
+		if len(args) > 1 {
+			return name + " " + strings.ToUpper(string(args[1]))
+		}
+	}
+	return name
+}
+
+// Key returns the first key a command names ("" for none): the argument
+// after the command (and subcommand) name.
+func Key(args [][]byte) string {
+	i := 1
+	if strings.Contains(Op(args), " ") {
+		i = 2
+	}
+	if i < len(args) {
+		return string(args[i])
+	}
+	return ""
+}
+
+// IsSetup reports whether a command is connection set-up (DESIGN.md 3.4),
+// answered per connection rather than per request.
+func IsSetup(args [][]byte) bool {
+	op := Op(args)
+	switch op {
+	case "HELLO", "AUTH", "SELECT", "PING", "READONLY", "READWRITE", "QUIT", "RESET":
+		return true
+	}
+	return strings.HasPrefix(op, "CLIENT ")
+}
+
+// SetupReply is the reply the mock server makes up for a set-up command that
+// no recording of the destination answered.
+func SetupReply(args [][]byte) []byte {
+	switch Op(args) {
+	case "PING":
+		if len(args) > 1 {
+			return Bulk(nil, args[1])
+		}
+		return []byte("+PONG\r\n")
+	case "HELLO":
+		proto := "2"
+		if len(args) > 1 {
+			proto = string(args[1])
+		}
+		if proto == "3" {
+			return []byte("%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.2.0\r\n" +
+				"$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:1\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n" +
+				"$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n")
+		}
+		return []byte("*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.2.0\r\n" +
+			"$5\r\nproto\r\n:2\r\n$2\r\nid\r\n:1\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n" +
+			"$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n")
+	case "CLIENT ID":
+		return []byte(":1\r\n")
+	case "CLIENT GETNAME":
+		return []byte("$-1\r\n")
+	}
+	return []byte("+OK\r\n")
+}
+
+// Bulk appends b as a bulk string to dst.
+func Bulk(dst, b []byte) []byte {
+	dst = append(dst, '$')
+	dst = strconv.AppendInt(dst, int64(len(b)), 10)
+	dst = append(dst, '\r', '\n')
+	dst = append(dst, b...)
+	return append(dst, '\r', '\n')
+}
+
+// Error returns a simple-error reply "-ERR msg"; line breaks in msg are
+// replaced so the reply stays one line.
+func Error(msg string) []byte {
+	msg = strings.NewReplacer("\r", " ", "\n", " ").Replace(msg)
+	return []byte("-ERR " + msg + "\r\n")
+}
+
+// Command encodes args as a RESP array of bulk strings.
+func Command(args ...string) []byte {
+	var b bytes.Buffer
+	b.WriteByte('*')
+	b.WriteString(strconv.Itoa(len(args)))
+	b.WriteString("\r\n")
+	out := b.Bytes()
+	for _, a := range args {
+		out = Bulk(out, []byte(a))
+	}
+	return out
+}

@@ -1,0 +1,164 @@
+package mockserver
+
+import (
+	"context"
+	"sync"
+
+	"github.com/retrace-dev/retrace/recording"
+)
+
+// traceTable holds the state of every trace seen, and the aliases the
+// replayer registered.
+type traceTable struct {
+	mu      sync.RWMutex
+	aliases map[string]string
+	traces  map[string]*traceState
+
+	missMu  sync.Mutex
+	missing []MissingMock
+	missMax int
+}
+
+// traceState is what one trace has consumed and observed. mu covers all of
+// it: matching reads and marks used units and appends the observation in one
+// step, so concurrent requests of a trace never take the same recorded call.
+type traceState struct {
+	mu      sync.Mutex
+	id      string
+	recID   string
+	entry   *sessionEntry // nil when the trace resolves to no recording
+	used    map[string][]bool
+	cursor  map[string]map[string]int
+	calls   []ObservedCall
+	dropped int
+}
+
+func newTraceTable(missMax int) *traceTable {
+	return &traceTable{aliases: map[string]string{}, traces: map[string]*traceState{}, missMax: missMax}
+}
+
+// get returns the state of trace tid, creating it (and resolving its
+// recording) on first use.
+func (s *Server) trace(ctx context.Context, tid string) *traceState {
+	tt := s.traces
+	tt.mu.RLock()
+	ts := tt.traces[tid]
+	tt.mu.RUnlock()
+	if ts != nil {
+		return ts
+	}
+	tt.mu.RLock()
+	recID, ok := tt.aliases[tid]
+	tt.mu.RUnlock()
+	if !ok {
+		recID = tid
+	}
+	e := s.idx.session(recID)
+	if e == nil && s.cfg.Lookup != nil {
+		sess, err := s.cfg.Lookup(ctx, recID)
+		if err != nil {
+			s.log.Warn("looking up recording", "recording", recID, "trace", tid, "err", err)
+		} else if sess != nil {
+			s.idx.add(sess)
+			e = s.idx.session(recID)
+		}
+	}
+	ts = &traceState{id: tid, recID: recID, entry: e, used: map[string][]bool{}, cursor: map[string]map[string]int{}}
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	if cur := tt.traces[tid]; cur != nil {
+		return cur
+	}
+	tt.traces[tid] = ts
+	return ts
+}
+
+// setAlias makes trace another name of recording rec and forgets what was
+// observed under that trace before.
+func (tt *traceTable) setAlias(trace, rec string) {
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	tt.aliases[trace] = rec
+	delete(tt.traces, trace)
+}
+
+func (tt *traceTable) forget(trace string) {
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	delete(tt.aliases, trace)
+	delete(tt.traces, trace)
+}
+
+func (tt *traceTable) lookup(trace string) (*traceState, string) {
+	tt.mu.RLock()
+	defer tt.mu.RUnlock()
+	rec, ok := tt.aliases[trace]
+	if !ok {
+		rec = trace
+	}
+	return tt.traces[trace], rec
+}
+
+func (tt *traceTable) addMissing(m MissingMock) {
+	tt.missMu.Lock()
+	defer tt.missMu.Unlock()
+	if len(tt.missing) < tt.missMax {
+		tt.missing = append(tt.missing, m)
+	}
+}
+
+func (tt *traceTable) missingList() []MissingMock {
+	tt.missMu.Lock()
+	defer tt.missMu.Unlock()
+	return append([]MissingMock{}, tt.missing...)
+}
+
+// observe appends an observed call; the caller holds ts.mu.
+func (ts *traceState) observe(oc ObservedCall, limit int) {
+	if len(ts.calls) >= limit {
+		ts.dropped++
+		return
+	}
+	oc.Seq = len(ts.calls) + ts.dropped
+	oc.Request = append([]byte(nil), oc.Request...)
+	ts.calls = append(ts.calls, oc)
+}
+
+// report builds the TraceReport of ts.
+func (s *Server) report(ts *traceState, trace, rec string) TraceReport {
+	r := TraceReport{Trace: trace, Calls: []ObservedCall{}, Unused: []recording.Call{}}
+	if ts == nil {
+		if e := s.idx.session(rec); e != nil {
+			r.Recording = rec
+			for _, c := range e.s.Calls {
+				if !c.Setup {
+					r.Unused = append(r.Unused, c)
+				}
+			}
+		}
+		return r
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	r.Calls = append(r.Calls, ts.calls...)
+	r.Dropped = ts.dropped
+	if ts.entry == nil {
+		return r
+	}
+	r.Recording = ts.recID
+	usedCall := map[int]bool{}
+	for dst, used := range ts.used {
+		du := s.idx.unitsFor(ts.entry, dst)
+		for i, u := range used {
+			if u {
+				usedCall[du.units[i].call] = true
+			}
+		}
+	}
+	for i, c := range ts.entry.s.Calls {
+		if !c.Setup && !usedCall[i] {
+			r.Unused = append(r.Unused, c)
+		}
+	}
+	return r
+}

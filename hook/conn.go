@@ -1,0 +1,386 @@
+package hook
+
+import (
+	"syscall"
+
+	"github.com/retrace-dev/retrace/trace"
+)
+
+// The doubles of net.(*conn).Read, Write and Close. Their first argument is
+// the *net.conn; with no engine active they do exactly what the originals
+// do, through the netFD methods.
+
+func connRead(c *netConn, b []byte) (int, error) {
+	if c == nil || c.fd == nil {
+		return 0, syscall.EINVAL
+	}
+	if e := active.Load(); e != nil {
+		if st := e.state(c.fd); st != nil && !st.broken.Load() {
+			if st.inbound {
+				return e.inboundRead(st, c, b)
+			}
+			return e.outboundRead(st, c, b)
+		}
+	}
+	return netl.plainRead(c, b)
+}
+
+func connWrite(c *netConn, b []byte) (int, error) {
+	if c == nil || c.fd == nil {
+		return 0, syscall.EINVAL
+	}
+	if e := active.Load(); e != nil {
+		if st := e.state(c.fd); st != nil {
+			if st.inbound {
+				return e.inboundWrite(st, c, b)
+			}
+			return e.outboundWrite(st, c, b)
+		}
+	}
+	return netl.plainWrite(c, b)
+}
+
+func connClose(c *netConn) error {
+	if c == nil || c.fd == nil {
+		return syscall.EINVAL
+	}
+	if e := active.Load(); e != nil {
+		e.closing(c)
+	}
+	return netl.plainClose(c)
+}
+
+func (e *engine) closing(c *netConn) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.recovered("close", r)
+		}
+	}()
+	if e.cfg.Mode == Replay {
+		e.connects.set(e.l.fdSysfd(c.fd), "")
+	}
+	if st := e.conns.remove(uintptr(c.fd), 0, true); st != nil {
+		e.forget(st)
+	}
+}
+
+// inboundRead reads from an accepted connection: Retrace-* headers are
+// removed from what the application gets, and each request's trace is
+// bound to the reading goroutine when its head has been read.
+func (e *engine) inboundRead(st *connState, c *netConn, b []byte) (int, error) {
+	st.rmu.Lock()
+	defer st.rmu.Unlock()
+	if len(st.pending) > 0 {
+		n := copy(b, st.pending)
+		st.pending = st.pending[n:]
+		return n, nil
+	}
+	record := e.cfg.Mode == Record
+	for {
+		n, err := netl.plainRead(c, b)
+		if n <= 0 || (st.rd.passThrough() && !record) {
+			return n, err
+		}
+		k, ok := e.parseInbound(st, b, n)
+		if !ok {
+			return n, err // fail open: the bytes as read
+		}
+		if k > 0 || err != nil || len(b) == 0 {
+			return k, err
+		}
+		// Everything read was a stripped header (or a held prefix of
+		// one): the application asked for bytes, so read on.
+	}
+}
+
+// parseInbound runs the n bytes just read into b through the connection's
+// parser and puts what the application must see back into b (the rest in
+// st.pending). ok is false when the hook panicked; b is then untouched.
+func (e *engine) parseInbound(st *connState, b []byte, n int) (k int, ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.recovered("inbound-read", r)
+			st.broken.Store(true)
+			k, ok = n, false
+		}
+	}()
+	s := st.rd
+	wasIdle := s.p.Idle()
+	out := s.feed(b[:n])
+	for i := range s.events {
+		ev := &s.events[i]
+		ev.tid = e.startRequest(st, &ev.head)
+	}
+	if e.cfg.Mode == Record {
+		s.attribute(out, wasIdle, noTrace, func(tid string, p []byte) {
+			if tid != "" {
+				e.recordCall("inbound-read", func() { e.cfg.Recorder.InboundRead(st.info, tid, p) })
+			}
+		})
+	}
+	k = copy(b, out)
+	if k < len(out) {
+		st.pending = append(st.pending[:0], out[k:]...)
+	}
+	return k, true
+}
+
+func noTrace() string { return "" }
+
+// startRequest decides the trace of a request whose head has just been
+// read and binds it to the calling goroutine (the one that will serve it).
+func (e *engine) startRequest(st *connState, h *trace.RequestHead) string {
+	counters.requests.Add(1)
+	var tid string
+	switch e.cfg.Mode {
+	case Replay:
+		if h.BadTraceID {
+			e.reportOnce("bad-trace-id", "ignored a Retrace-Trace-Id that is not a valid trace id",
+				"value", h.BadValue, "conn", st.info.Remote)
+		}
+		if h.BadReplayTime {
+			e.reportOnce("bad-replay-time", "ignored a Retrace-Replay-Time that is not unix nanoseconds",
+				"value", h.BadValue, "conn", st.info.Remote)
+		}
+		tid = h.TraceID
+		e.bind(st, tid, h.ReplayTime)
+	case Record:
+		e.recordCall("start-request", func() { tid = e.cfg.Recorder.StartRequest(st.info, *h) })
+		if tid != "" && !trace.ValidID(tid) {
+			e.reportOnce("recorder-tid", "the recorder returned an invalid trace id; request not traced", "tid", tid)
+			tid = ""
+		}
+		e.bind(st, tid, h.ReplayTime)
+	}
+	if tid != "" {
+		counters.traced.Add(1)
+	}
+	return tid
+}
+
+// recordCall runs one Recorder call, recovering its panic.
+func (e *engine) recordCall(where string, f func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.recovered("recorder-"+where, r)
+		}
+	}()
+	f()
+}
+
+// inboundWrite writes a response on an accepted connection: never framed,
+// never redirected; reported in record mode.
+func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) {
+	n, err := netl.plainWrite(c, b)
+	if n > 0 && e.cfg.Mode == Record {
+		if tid := st.tid(); tid != "" {
+			e.recordCall("inbound-write", func() { e.cfg.Recorder.InboundWrite(st.info, tid, b[:n]) })
+		}
+	}
+	return n, err
+}
+
+// outboundRead reads from a dialled connection. A redirected connection
+// sends its preamble first (protocols where the server speaks first have
+// the client read before it writes).
+func (e *engine) outboundRead(st *connState, c *netConn, b []byte) (int, error) {
+	if st.redirect {
+		st.wmu.Lock()
+		err := e.sendPreamble(st, c)
+		st.wmu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+	}
+	n, err := netl.plainRead(c, b)
+	if n > 0 && e.cfg.Mode == Record {
+		e.recordCall("outbound-read", func() { e.cfg.Recorder.OutboundRead(st.info, b[:n]) })
+	}
+	return n, err
+}
+
+// sendPreamble writes the len:0 frame naming the original destination,
+// once, before any other byte. Called with st.wmu held.
+func (e *engine) sendPreamble(st *connState, c *netConn) error {
+	if st.preamble {
+		return nil
+	}
+	var hdr [trace.MaxFrameHeader]byte
+	h := trace.AppendFrameHeader(hdr[:0], validOrEmpty(trace.CurrentID()), st.dst, 0)
+	if _, err := netl.plainWrite(c, h); err != nil {
+		return err
+	}
+	st.preamble = true
+	counters.preambles.Add(1)
+	return nil
+}
+
+func validOrEmpty(tid string) string {
+	if tid == "" || trace.ValidID(tid) {
+		return tid
+	}
+	return ""
+}
+
+// outboundWrite writes on a dialled connection: the in-band
+// Retrace-Trace-Id the Transport hook added is stripped and becomes the
+// trace of the request's bytes; other bytes are charged to the writing
+// goroutine's trace. On a redirected connection every piece is sent as a
+// frame. Write returns the application's byte count.
+func (e *engine) outboundWrite(st *connState, c *netConn, b []byte) (int, error) {
+	record := e.cfg.Mode == Record
+	if !st.redirect && (st.broken.Load() || st.wr.passThrough()) {
+		// The common untraced case: a plain connection with no HTTP to strip.
+		n, err := netl.plainWrite(c, b)
+		if n > 0 && record && !st.broken.Load() {
+			if tid := trace.CurrentID(); tid != "" {
+				e.recordCall("outbound-write", func() { e.cfg.Recorder.OutboundWrite(st.info, tid, b[:n]) })
+			}
+		}
+		return n, err
+	}
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	if st.redirect {
+		if err := e.sendPreamble(st, c); err != nil {
+			return 0, err
+		}
+	}
+	w := outWriter{e: e, st: st, c: c}
+	if !e.splitOutbound(st, b, &w) {
+		// The hook panicked: send the bytes as they are (framed with no
+		// trace on a redirected connection, so the mock stays in sync).
+		w = outWriter{e: e, st: st, c: c}
+		w.piece("", b)
+	}
+	w.flush()
+	if w.err != nil {
+		return min(w.sent, len(b)), w.err
+	}
+	return len(b), nil
+}
+
+// splitOutbound feeds b through the connection's stream and hands w the
+// pieces with their traces. false means it panicked and w got nothing.
+func (e *engine) splitOutbound(st *connState, b []byte, w *outWriter) (ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.recovered("outbound-write", r)
+			st.broken.Store(true)
+			w.reset()
+			ok = false
+		}
+	}()
+	var gtid string
+	var gdone bool
+	goroutineTID := func() string {
+		if !gdone {
+			gtid, gdone = validOrEmpty(trace.CurrentID()), true
+		}
+		return gtid
+	}
+	s := st.wr
+	if st.broken.Load() || s.passThrough() {
+		w.piece(goroutineTID(), b)
+		return true
+	}
+	wasIdle := s.p.Idle()
+	out := s.feed(b)
+	for i := range s.events {
+		ev := &s.events[i]
+		ev.tid = ev.head.TraceID
+		if ev.head.Stripped > 0 {
+			counters.stripped.Add(1)
+		}
+		if ev.tid == "" {
+			ev.tid = goroutineTID()
+		}
+	}
+	s.attribute(out, wasIdle, goroutineTID, w.piece)
+	return true
+}
+
+// outWriter collects the pieces of one outbound Write and sends them: as
+// frames on a redirected connection, as they are otherwise. Small pieces
+// are batched into one system call; the connection's write lock keeps
+// other writers out between a frame's header and its payload.
+type outWriter struct {
+	e    *engine
+	st   *connState
+	c    *netConn
+	err  error
+	sent int // payload bytes sent
+	// pieces to report to the recorder once sent
+	reports []report
+	batch   int // payload bytes in st.wbuf
+}
+
+type report struct {
+	tid string
+	b   []byte
+}
+
+const batchMax = 16 << 10
+
+func (w *outWriter) reset() {
+	w.st.wbuf = w.st.wbuf[:0]
+	w.reports = w.reports[:0]
+	w.batch = 0
+}
+
+func (w *outWriter) piece(tid string, p []byte) {
+	if w.err != nil || len(p) == 0 {
+		return
+	}
+	st := w.st
+	if st.redirect {
+		st.wbuf = trace.AppendFrameHeader(st.wbuf, tid, st.dst, len(p))
+		counters.framed.Add(1)
+	}
+	if len(p) >= batchMax {
+		w.flush()
+		if w.err == nil {
+			w.write(p)
+		}
+		if w.err == nil {
+			w.sent += len(p)
+			w.record(tid, p)
+		}
+		return
+	}
+	st.wbuf = append(st.wbuf, p...)
+	w.batch += len(p)
+	if w.e.cfg.Mode == Record {
+		w.reports = append(w.reports, report{tid, p})
+	}
+}
+
+func (w *outWriter) write(p []byte) {
+	if _, err := netl.plainWrite(w.c, p); err != nil {
+		w.err = err
+	}
+}
+
+func (w *outWriter) flush() {
+	st := w.st
+	if len(st.wbuf) > 0 && w.err == nil {
+		w.write(st.wbuf)
+		if w.err == nil {
+			w.sent += w.batch
+			for _, r := range w.reports {
+				w.record(r.tid, r.b)
+			}
+		}
+	}
+	if cap(st.wbuf) > 4*batchMax {
+		st.wbuf = nil
+	}
+	w.reset()
+}
+
+func (w *outWriter) record(tid string, p []byte) {
+	if w.e.cfg.Mode != Record {
+		return
+	}
+	w.e.recordCall("outbound-write", func() { w.e.cfg.Recorder.OutboundWrite(w.st.info, tid, p) })
+}

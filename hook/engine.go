@@ -1,0 +1,332 @@
+package hook
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/retrace-dev/retrace/trace"
+)
+
+// active is the engine the patched functions consult; nil when the hooks
+// are off (not installed, or being removed), in which case every double
+// behaves exactly like the function it replaces.
+var active atomic.Pointer[engine]
+
+// netl is the layout of net's internals, set before the first patch and
+// never changed afterwards.
+var netl *netLayout
+
+// engine is one Install: its configuration and its connections.
+type engine struct {
+	cfg   *resolvedConfig
+	l     *netLayout
+	log   *slog.Logger
+	clock bool // time.Now is patched: Arrived uses realNow
+
+	conns    connTable
+	connects pendingConnects
+	nextID   atomic.Uint64
+	reported sync.Map // report keys already logged
+}
+
+func newEngine(cfg *resolvedConfig, l *netLayout) *engine {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	}
+	e := &engine{cfg: cfg, l: l, log: log}
+	e.conns.init()
+	e.connects.m = map[int]string{}
+	return e
+}
+
+// reportOnce logs msg at error level the first time key is reported.
+func (e *engine) reportOnce(key, msg string, args ...any) {
+	if _, dup := e.reported.LoadOrStore(key, true); dup {
+		return
+	}
+	e.log.Error("retrace: "+msg, args...)
+}
+
+// recovered counts and reports (once per place) a panic caught in a hook.
+func (e *engine) recovered(where string, r any) {
+	counters.failures.Add(1)
+	e.reportOnce("panic:"+where, "hook panicked; the application's I/O proceeds unhooked",
+		"where", where, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+}
+
+// now is the real clock, also while time.Now is patched.
+func (e *engine) now() time.Time {
+	if e.clock {
+		return realNow()
+	}
+	return time.Now()
+}
+
+// connState is what the agent keeps about one TCP (or Unix stream)
+// connection between its first Read/Write and its Close.
+type connState struct {
+	key     uintptr // address of the netFD
+	gen     uint64
+	info    ConnInfo
+	inbound bool
+	// redirect is set for an outbound connection that replay mode sent to
+	// the mock server; dst is where the application meant it to go.
+	redirect bool
+	dst      string
+	// broken is set after a hook panicked on this connection: from then on
+	// its bytes pass unchanged (framed with no trace when redirected).
+	broken atomic.Bool
+
+	rmu     sync.Mutex // read side: rd, pending
+	rd      *stream    // inbound: the request parser
+	pending []byte     // parsed bytes that did not fit the reader's buffer
+
+	wmu      sync.Mutex // write side: wr, preamble, wbuf
+	wr       *stream    // outbound: strips the in-band Retrace-Trace-Id
+	preamble bool       // the preamble frame has been sent
+	wbuf     []byte
+
+	bmu     sync.Mutex // the binding of the inbound request being served
+	release func()
+	curTID  atomic.Pointer[string] // inbound: trace of the current request
+}
+
+func (st *connState) tid() string {
+	if p := st.curTID.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// connTable maps netFD addresses to connection state. Keys are addresses,
+// not pointers, so the table never keeps a netFD alive; an entry is removed
+// on Close, or by a runtime cleanup when the netFD is collected unclosed
+// (checked by generation, since the address may be reused by then).
+type connTable struct {
+	shards [connShards]connShard
+	create sync.Mutex // serialises creation, so a pending connect is taken once
+	count  atomic.Int64
+}
+
+const connShards = 64
+
+type connShard struct {
+	mu sync.RWMutex
+	m  map[uintptr]*connState
+	_  [32]byte
+}
+
+func (t *connTable) init() {
+	for i := range t.shards {
+		t.shards[i].m = map[uintptr]*connState{}
+	}
+}
+
+func (t *connTable) shard(key uintptr) *connShard {
+	return &t.shards[(uint64(key)*0x9E3779B97F4A7C15)>>(64-6)]
+}
+
+func (t *connTable) get(key uintptr) *connState {
+	s := t.shard(key)
+	s.mu.RLock()
+	st := s.m[key]
+	s.mu.RUnlock()
+	return st
+}
+
+func (t *connTable) put(st *connState) {
+	s := t.shard(st.key)
+	s.mu.Lock()
+	s.m[st.key] = st
+	s.mu.Unlock()
+	t.count.Add(1)
+}
+
+// remove deletes the entry for key if it is st (or any entry when st is
+// nil) and returns what it deleted.
+func (t *connTable) remove(key uintptr, gen uint64, anyGen bool) *connState {
+	s := t.shard(key)
+	s.mu.Lock()
+	st := s.m[key]
+	if st != nil && (anyGen || st.gen == gen) {
+		delete(s.m, key)
+	} else {
+		st = nil
+	}
+	s.mu.Unlock()
+	if st != nil {
+		t.count.Add(-1)
+	}
+	return st
+}
+
+// drain removes every entry.
+func (t *connTable) drain() []*connState {
+	var all []*connState
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for k, st := range s.m {
+			all = append(all, st)
+			delete(s.m, k)
+		}
+		s.mu.Unlock()
+	}
+	t.count.Add(-int64(len(all)))
+	return all
+}
+
+// pendingConnects remembers, per socket descriptor, the original
+// destination of a connect that replay mode redirected, until the
+// connection's first Read or Write claims it. Every connect call sets or
+// clears its descriptor's entry, so a stale entry (a failed dial whose
+// socket net closed directly) is overwritten before an outbound connection
+// can claim it; accepted connections never look.
+type pendingConnects struct {
+	mu sync.Mutex
+	m  map[int]string
+}
+
+func (p *pendingConnects) set(fd int, dst string) {
+	p.mu.Lock()
+	if dst == "" {
+		delete(p.m, fd)
+	} else {
+		p.m[fd] = dst
+	}
+	p.mu.Unlock()
+}
+
+func (p *pendingConnects) take(fd int) (string, bool) {
+	p.mu.Lock()
+	dst, ok := p.m[fd]
+	delete(p.m, fd)
+	p.mu.Unlock()
+	return dst, ok
+}
+
+type cleanupKey struct {
+	key uintptr
+	gen uint64
+}
+
+// state returns the state of the connection whose netFD is fd, creating it
+// on first sight; nil for sockets the agent leaves alone.
+func (e *engine) state(fd unsafe.Pointer) (st *connState) {
+	if st = e.conns.get(uintptr(fd)); st != nil {
+		return st
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			e.recovered("conn-state", r)
+			st = nil
+		}
+	}()
+	return e.newState(fd)
+}
+
+func (e *engine) newState(fd unsafe.Pointer) *connState {
+	l := e.l
+	if !l.fdStream(fd) {
+		return nil
+	}
+	network := l.fdNet(fd)
+	tcp := network == "tcp" || network == "tcp4" || network == "tcp6"
+	if !tcp && network != "unix" {
+		return nil
+	}
+	e.conns.create.Lock()
+	defer e.conns.create.Unlock()
+	if st := e.conns.get(uintptr(fd)); st != nil {
+		return st
+	}
+	st := &connState{key: uintptr(fd), inbound: !l.fdConnected(fd)}
+	st.gen = e.nextID.Add(1)
+	st.info = ConnInfo{ID: st.gen, Inbound: st.inbound}
+	if la := l.fdLaddr(fd); la != nil {
+		st.info.Local = la.String()
+	}
+	if ra := l.fdRaddr(fd); ra != nil {
+		st.info.Remote = ra.String()
+	}
+	if !st.inbound && tcp && e.cfg.Mode == Replay {
+		if dst, ok := e.connects.take(l.fdSysfd(fd)); ok {
+			st.redirect, st.dst = true, dst
+			st.info.Remote = dst
+		}
+	}
+	if st.inbound {
+		st.rd = newStream()
+	} else {
+		st.wr = newStream()
+	}
+	e.conns.put(st)
+	counters.conns.Add(1)
+	runtime.AddCleanup((*byte)(fd), e.collected, cleanupKey{st.key, st.gen})
+	return st
+}
+
+// collected forgets a connection whose netFD was garbage collected without
+// net.(*conn).Close (net's finalizer closed the socket).
+func (e *engine) collected(k cleanupKey) {
+	if st := e.conns.remove(k.key, k.gen, false); st != nil {
+		e.forget(st)
+	}
+}
+
+// forget releases what a connection holds: its binding, and tells the
+// recorder.
+func (e *engine) forget(st *connState) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.recovered("close", r)
+		}
+	}()
+	st.bmu.Lock()
+	rel := st.release
+	st.release = nil
+	st.bmu.Unlock()
+	if rel != nil {
+		rel()
+	}
+	if e.cfg.Mode == Record {
+		e.cfg.Recorder.Closed(st.info)
+	}
+}
+
+// shutdown forgets every connection (Install's undo).
+func (e *engine) shutdown() {
+	for _, st := range e.conns.drain() {
+		e.forget(st)
+	}
+}
+
+// bind makes tid the trace of the inbound connection's current request on
+// the calling goroutine, releasing the previous request's binding.
+func (e *engine) bind(st *connState, tid string, replayTime time.Time) {
+	var t *trace.Trace
+	if tid != "" {
+		t = &trace.Trace{ID: tid, ReplayTime: replayTime, Arrived: e.now()}
+	}
+	st.bmu.Lock()
+	defer st.bmu.Unlock()
+	if st.release != nil {
+		st.release()
+		st.release = nil
+	}
+	if t != nil {
+		st.release = trace.Bind(t)
+		counters.bound.Add(1)
+	}
+	tp := new(string)
+	*tp = tid
+	st.curTID.Store(tp)
+}

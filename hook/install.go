@@ -1,0 +1,122 @@
+package hook
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
+
+var installMu sync.Mutex // held by Install and undo; guards installed
+var installed bool
+
+// Install patches the process for cfg.Mode and returns the function that
+// removes every patch again (safe to call more than once, from any
+// goroutine). With Mode Off it patches nothing and returns a no-op undo.
+//
+// Patch in a program's init, before it starts goroutines that do network
+// I/O: writing a jump over a function another thread is executing at that
+// instant is not safe. Tests that install and undo between their own
+// servers' lifetimes are fine.
+//
+// The TCP Read/Write/Close patches (and, in replay mode, the connect
+// redirection) are required: if one cannot be made, nothing stays patched
+// and the error wraps ErrUnsupported or ErrPatch. The HTTP transport and
+// time.Now patches are optional: a failure there is reported once through
+// cfg.Logger, listed in ReadStats().Refused, and the rest works without it.
+func Install(cfg Config) (undo func(), err error) {
+	rc, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if rc.Mode == Off {
+		return func() {}, nil
+	}
+	installMu.Lock()
+	defer installMu.Unlock()
+	if installed {
+		return nil, ErrInstalled
+	}
+	l, err := layout()
+	if err != nil {
+		return nil, err
+	}
+	netl = l
+	e := newEngine(rc, l)
+
+	var undos []func()
+	var patched, refused []string
+	undoAll := func() {
+		for i := len(undos) - 1; i >= 0; i-- {
+			undos[i]()
+		}
+	}
+	required := []func() (target, error){
+		func() (target, error) { t := l.read; t.double = connRead; return t, nil },
+		func() (target, error) { t := l.write; t.double = connWrite; return t, nil },
+		func() (target, error) { t := l.close; t.double = connClose; return t, nil },
+	}
+	var optional []func() (target, error)
+	if rc.Mode == Replay {
+		required = append(required, connectTarget)
+		if !rc.NoClock {
+			optional = append(optional, clockTarget)
+		}
+	}
+	if !rc.NoHTTP {
+		optional = append(optional, transportTarget)
+	}
+	for _, mk := range required {
+		t, err := mk()
+		if err == nil {
+			var u func()
+			if u, err = apply(t); err == nil {
+				undos = append(undos, u)
+				patched = append(patched, t.name)
+				continue
+			}
+		}
+		undoAll()
+		if !errors.Is(err, ErrUnsupported) {
+			err = fmt.Errorf("%w: %w", ErrPatch, err)
+		}
+		e.log.Error("retrace: agent not installed", "mode", rc.Mode.String(), "err", err)
+		return nil, err
+	}
+	for _, mk := range optional {
+		t, err := mk()
+		if err == nil {
+			var u func()
+			if u, err = apply(t); err == nil {
+				undos = append(undos, u)
+				patched = append(patched, t.name)
+				if t.name == "time.Now" {
+					e.clock = true
+				}
+				continue
+			}
+		}
+		refused = append(refused, err.Error())
+		e.log.Error("retrace: function left unpatched", "err", err)
+	}
+	e.log.Info("retrace: agent installed", "mode", rc.Mode.String(), "patched", patched)
+	patchState.Lock()
+	patchState.mode, patchState.patched, patchState.refused = rc.Mode, patched, refused
+	patchState.Unlock()
+	active.Store(e)
+	installed = true
+
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			installMu.Lock()
+			defer installMu.Unlock()
+			active.CompareAndSwap(e, nil)
+			undoAll()
+			e.shutdown()
+			patchState.Lock()
+			patchState.mode, patchState.patched, patchState.refused = Off, nil, nil
+			patchState.Unlock()
+			installed = false
+		})
+	}, nil
+}

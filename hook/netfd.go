@@ -1,0 +1,198 @@
+package hook
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"reflect"
+	"sync"
+	"syscall"
+	"unsafe"
+)
+
+// netConn mirrors net.conn, the type embedded in *net.TCPConn (and the
+// other net conns) whose Read, Write and Close are patched: one field, a
+// *net.netFD.
+type netConn struct {
+	fd unsafe.Pointer
+}
+
+// netLayout is what the hooks know about net's unexported types, found
+// through reflect once and checked, so a Go release that changes them makes
+// Install fail instead of reading garbage.
+type netLayout struct {
+	connType reflect.Type // *net.conn
+	read     target       // net.(*conn).Read etc., without their doubles
+	write    target
+	close    target
+
+	// Offsets into net.netFD.
+	sysfd, sotype, isConnected, network, laddr, raddr uintptr
+
+	// The netFD methods that do the work of the conn methods. They are
+	// never patched.
+	fdRead  func(fd unsafe.Pointer, b []byte) (int, error)
+	fdWrite func(fd unsafe.Pointer, b []byte) (int, error)
+	fdClose func(fd unsafe.Pointer) error
+}
+
+var layout = sync.OnceValues(findNetLayout)
+
+func findNetLayout() (*netLayout, error) {
+	l := &netLayout{}
+	tcp := reflect.TypeFor[net.TCPConn]()
+	if tcp.NumField() < 1 || tcp.Field(0).Name != "conn" || !tcp.Field(0).Anonymous {
+		return nil, fmt.Errorf("%w: net.TCPConn does not embed net.conn", ErrUnsupported)
+	}
+	conn := tcp.Field(0).Type
+	if conn.Kind() != reflect.Struct || conn.NumField() != 1 || conn.Field(0).Name != "fd" ||
+		conn.Field(0).Type.Kind() != reflect.Pointer {
+		return nil, fmt.Errorf("%w: net.conn is not struct{ fd *netFD }", ErrUnsupported)
+	}
+	l.connType = reflect.PointerTo(conn)
+	fdPtr := conn.Field(0).Type
+	fd := fdPtr.Elem()
+	field := func(name string, kind reflect.Kind) (uintptr, error) {
+		f, ok := fd.FieldByName(name)
+		if !ok || f.Type.Kind() != kind {
+			return 0, fmt.Errorf("%w: net.netFD has no %s field of kind %v", ErrUnsupported, name, kind)
+		}
+		return f.Offset, nil
+	}
+	pfd, err := field("pfd", reflect.Struct)
+	if err != nil {
+		return nil, err
+	}
+	pf, _ := fd.FieldByName("pfd")
+	sys, ok := pf.Type.FieldByName("Sysfd")
+	if !ok || sys.Type.Kind() != reflect.Int {
+		return nil, fmt.Errorf("%w: poll.FD has no Sysfd int", ErrUnsupported)
+	}
+	l.sysfd = pfd + sys.Offset
+	var errs []error
+	for _, f := range []struct {
+		off  *uintptr
+		name string
+		kind reflect.Kind
+	}{
+		{&l.sotype, "sotype", reflect.Int},
+		{&l.isConnected, "isConnected", reflect.Bool},
+		{&l.network, "net", reflect.String},
+		{&l.laddr, "laddr", reflect.Interface},
+		{&l.raddr, "raddr", reflect.Interface},
+	} {
+		var err error
+		*f.off, err = field(f.name, f.kind)
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	method := func(t reflect.Type, name, runtimeName string) (target, error) {
+		m, ok := t.MethodByName(name)
+		if !ok {
+			return target{}, fmt.Errorf("%w: %v has no method %s", ErrUnsupported, t, name)
+		}
+		return target{name: runtimeName, word: codeWord(m.Func), typ: m.Func.Type()}, nil
+	}
+	targets := []struct {
+		t    *target
+		typ  reflect.Type
+		name string
+		rt   string
+	}{
+		{&l.read, l.connType, "Read", "net.(*conn).Read"},
+		{&l.write, l.connType, "Write", "net.(*conn).Write"},
+		{&l.close, l.connType, "Close", "net.(*conn).Close"},
+	}
+	for _, x := range targets {
+		if *x.t, err = method(x.typ, x.name, x.rt); err != nil {
+			return nil, err
+		}
+	}
+	var fr, fw, fc target
+	for _, x := range []struct {
+		t    *target
+		name string
+		rt   string
+	}{{&fr, "Read", "net.(*netFD).Read"}, {&fw, "Write", "net.(*netFD).Write"}, {&fc, "Close", "net.(*netFD).Close"}} {
+		if *x.t, err = method(fdPtr, x.name, x.rt); err != nil {
+			return nil, err
+		}
+		if err := checkName(*x.t); err != nil {
+			return nil, err
+		}
+	}
+	// The netFD methods are called through these func values; their
+	// signatures (receiver first) must be what we call them with.
+	if err := sameABI(fr.typ, reflect.TypeFor[func(unsafe.Pointer, []byte) (int, error)]()); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
+	}
+	if err := sameABI(fw.typ, reflect.TypeFor[func(unsafe.Pointer, []byte) (int, error)]()); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
+	}
+	if err := sameABI(fc.typ, reflect.TypeFor[func(unsafe.Pointer) error]()); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
+	}
+	l.fdRead = funcOf[func(unsafe.Pointer, []byte) (int, error)](fr.word)
+	l.fdWrite = funcOf[func(unsafe.Pointer, []byte) (int, error)](fw.word)
+	l.fdClose = funcOf[func(unsafe.Pointer) error](fc.word)
+	return l, nil
+}
+
+// checkName verifies that t's code pointer leads to the function named.
+func checkName(t target) error {
+	pc := *(*uintptr)(t.word)
+	if f := funcForPC(pc); f != t.name {
+		return fmt.Errorf("%w: %s: code pointer leads to %q", ErrUnsupported, t.name, f)
+	}
+	return nil
+}
+
+// Accessors of netFD fields; fd is a *net.netFD.
+func (l *netLayout) fdSysfd(fd unsafe.Pointer) int { return *(*int)(unsafe.Add(fd, l.sysfd)) }
+func (l *netLayout) fdStream(fd unsafe.Pointer) bool {
+	return *(*int)(unsafe.Add(fd, l.sotype)) == syscall.SOCK_STREAM
+}
+func (l *netLayout) fdConnected(fd unsafe.Pointer) bool {
+	return *(*bool)(unsafe.Add(fd, l.isConnected))
+}
+func (l *netLayout) fdNet(fd unsafe.Pointer) string { return *(*string)(unsafe.Add(fd, l.network)) }
+func (l *netLayout) fdLaddr(fd unsafe.Pointer) net.Addr {
+	return *(*net.Addr)(unsafe.Add(fd, l.laddr))
+}
+func (l *netLayout) fdRaddr(fd unsafe.Pointer) net.Addr {
+	return *(*net.Addr)(unsafe.Add(fd, l.raddr))
+}
+
+// opError wraps err the way net.(*conn) methods do.
+func (l *netLayout) opError(op string, fd unsafe.Pointer, err error) error {
+	return &net.OpError{Op: op, Net: l.fdNet(fd), Source: l.fdLaddr(fd), Addr: l.fdRaddr(fd), Err: err}
+}
+
+// The unhooked behaviour of net.(*conn) Read, Write and Close.
+
+func (l *netLayout) plainRead(c *netConn, b []byte) (int, error) {
+	n, err := l.fdRead(c.fd, b)
+	if err != nil && err != io.EOF {
+		err = l.opError("read", c.fd, err)
+	}
+	return n, err
+}
+
+func (l *netLayout) plainWrite(c *netConn, b []byte) (int, error) {
+	n, err := l.fdWrite(c.fd, b)
+	if err != nil {
+		err = l.opError("write", c.fd, err)
+	}
+	return n, err
+}
+
+func (l *netLayout) plainClose(c *netConn) error {
+	err := l.fdClose(c.fd)
+	if err != nil {
+		err = l.opError("close", c.fd, err)
+	}
+	return err
+}

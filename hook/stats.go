@@ -1,0 +1,74 @@
+package hook
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/retrace-dev/retrace/trace"
+)
+
+// counters are process-wide and cumulative over every Install.
+var counters struct {
+	conns, requests, traced, bound          atomic.Int64
+	framed, preambles, redirected, stripped atomic.Int64
+	carried, failures                       atomic.Int64
+}
+
+var patchState struct {
+	sync.Mutex
+	mode    Mode
+	patched []string
+	refused []string
+}
+
+// Stats is a snapshot of the agent's counters. Counts are cumulative over
+// the process's life; Patched, Refused, Mode and Conns describe the hooks
+// installed now.
+type Stats struct {
+	Mode    Mode     // mode of the installed hooks; Off when none
+	Patched []string // functions patched now
+	Refused []string // functions left alone, with the reason
+
+	Conns     int // connections tracked now
+	Bound     int // traces bound now (trace.Bound)
+	ConnsSeen int64
+	Requests  int64 // inbound request heads read
+	Traced    int64 // of those, requests that got a trace
+	Bindings  int64 // trace.Bind calls made for them
+
+	RedirectedConnects int64 // replay: connects sent to the mock server
+	Preambles          int64 // replay: preamble frames sent
+	FramedWrites       int64 // replay: frames sent (preambles not counted)
+	CarriedRequests    int64 // HTTP requests that carried their trace in-band
+	StrippedRequests   int64 // outbound HTTP requests whose Retrace-* headers were stripped
+
+	// Failures counts recovered panics and errors inside hooks (the
+	// application's I/O proceeded unhooked each time).
+	Failures int64
+}
+
+// ReadStats returns the current counters.
+func ReadStats() Stats {
+	patchState.Lock()
+	s := Stats{
+		Mode:    patchState.mode,
+		Patched: append([]string(nil), patchState.patched...),
+		Refused: append([]string(nil), patchState.refused...),
+	}
+	patchState.Unlock()
+	if e := active.Load(); e != nil {
+		s.Conns = int(e.conns.count.Load())
+	}
+	s.Bound = trace.Bound()
+	s.ConnsSeen = counters.conns.Load()
+	s.Requests = counters.requests.Load()
+	s.Traced = counters.traced.Load()
+	s.Bindings = counters.bound.Load()
+	s.RedirectedConnects = counters.redirected.Load()
+	s.Preambles = counters.preambles.Load()
+	s.FramedWrites = counters.framed.Load()
+	s.CarriedRequests = counters.carried.Load()
+	s.StrippedRequests = counters.stripped.Load()
+	s.Failures = counters.failures.Load()
+	return s
+}

@@ -1,0 +1,110 @@
+package hook
+
+import "github.com/retrace-dev/retrace/trace"
+
+// holdLimit bounds the bytes a stream keeps while waiting for the end of a
+// request head to know whose they are; past it they are handed on under
+// the current trace.
+const holdLimit = 64 << 10
+
+// reqEvent is a request head completed by one feed.
+type reqEvent struct {
+	head  trace.RequestHead
+	start int    // index of its first byte in the feed's output; may be < 0
+	tid   string // the trace its bytes are charged to, set by the caller
+}
+
+// stream follows one direction of one connection with an
+// trace.InboundParser: it strips Retrace-* headers, reports request heads,
+// and cuts the bytes at request boundaries so each piece can be charged to
+// the request it belongs to. Not safe for concurrent use.
+type stream struct {
+	p      trace.InboundParser
+	cb     func(trace.RequestHead, int)
+	events []reqEvent
+	out    []byte
+
+	cur     string // trace of the request the next body bytes belong to
+	hasCur  bool   // a request head has been seen
+	holding bool   // held has the start of a head still in progress
+	held    []byte
+}
+
+func newStream() *stream {
+	s := &stream{}
+	s.cb = s.onRequest
+	return s
+}
+
+func (s *stream) onRequest(h trace.RequestHead, start int) {
+	s.events = append(s.events, reqEvent{head: h, start: start})
+}
+
+// passThrough reports whether the parser gave up on the connection and
+// nothing is held: bytes can then skip the stream entirely.
+func (s *stream) passThrough() bool { return s.p.PassThrough() && !s.holding }
+
+// feed runs in through the parser and returns the bytes the other side
+// must see; s.events has the request heads it completed. The result is
+// valid until the next feed.
+func (s *stream) feed(in []byte) []byte {
+	s.events = s.events[:0]
+	s.out = s.p.Feed(s.out[:0], in, s.cb)
+	if cap(s.out) > holdLimit && len(s.out) < holdLimit/4 {
+		s.out = nil // don't keep a huge buffer for a connection's lifetime
+	}
+	return s.out
+}
+
+// attribute hands emit the output of the last feed cut at request starts,
+// each piece with the trace it is charged to: bytes before a request's
+// first byte to the previous request, from it on to that request (its
+// reqEvent.tid, set by the caller). Bytes that start a request whose head
+// has not ended yet are kept until it ends, so a head split over several
+// reads or writes is charged as a whole. fallback is the trace of bytes
+// that belong to no request seen so far. wasIdle is the parser's Idle()
+// before the feed.
+//
+// One case cannot be told apart from outside the parser: a feed that ends
+// one request's body and starts the next request's head without ending it
+// (pipelining); the start of that head is charged to the previous request.
+func (s *stream) attribute(out []byte, wasIdle bool, fallback func() string, emit func(tid string, b []byte)) {
+	data, base := out, 0
+	if s.holding {
+		base = len(s.held)
+		s.held = append(s.held, out...)
+		data = s.held
+	}
+	cur := func() string {
+		if s.hasCur {
+			return s.cur
+		}
+		return fallback()
+	}
+	pos := 0
+	for i := range s.events {
+		at := min(max(s.events[i].start+base, pos), len(data))
+		if at > pos {
+			emit(cur(), data[pos:at])
+		}
+		s.cur, s.hasCur = s.events[i].tid, true
+		pos = at
+	}
+	rest := data[pos:]
+	if len(s.events) == 0 && (s.holding || wasIdle) && !s.p.Idle() && !s.p.PassThrough() && len(data) < holdLimit {
+		if !s.holding {
+			s.held = append(s.held[:0], rest...)
+			s.holding = true
+		}
+		return
+	}
+	if len(rest) > 0 {
+		emit(cur(), rest)
+	}
+	s.holding = false
+	if cap(s.held) > holdLimit {
+		s.held = nil
+	} else {
+		s.held = s.held[:0]
+	}
+}

@@ -1,0 +1,93 @@
+package hook
+
+import (
+	"fmt"
+	"net/http"
+	"reflect"
+
+	"github.com/agiledragon/gomonkey/v2/creflect"
+
+	"github.com/retrace-dev/retrace/trace"
+)
+
+// TraceHeader is the header that carries a trace id: sent by the replayer
+// to the service (DESIGN.md 3.2), and added in-band by the agent to the
+// service's own outbound HTTP requests, where the connection's Write hook
+// strips it again.
+const TraceHeader = "Retrace-Trace-Id"
+
+// roundTrip is (*http.Transport).roundTrip, the unexported method that does
+// all of RoundTrip's work; it is called, never patched.
+var roundTrip func(t *http.Transport, req *http.Request) (*http.Response, error)
+
+// transportTarget finds (*http.Transport).RoundTrip to patch and its
+// unexported worker to call.
+func transportTarget() (target, error) {
+	tt := reflect.TypeFor[*http.Transport]()
+	m, ok := tt.MethodByName("RoundTrip")
+	if !ok {
+		return target{}, fmt.Errorf("%w: http.Transport has no RoundTrip", ErrUnsupported)
+	}
+	word, ok := creflect.MethodByName(tt, "roundTrip")
+	if !ok || word == nil {
+		return target{}, fmt.Errorf("%w: (*http.Transport).roundTrip not found through reflect", ErrUnsupported)
+	}
+	inner := target{name: "net/http.(*Transport).roundTrip", word: word}
+	if err := checkName(inner); err != nil {
+		return target{}, err
+	}
+	roundTrip = funcOf[func(*http.Transport, *http.Request) (*http.Response, error)](word)
+	return target{
+		name:   "net/http.(*Transport).RoundTrip",
+		word:   codeWord(m.Func),
+		typ:    m.Func.Type(),
+		double: transportRoundTrip,
+	}, nil
+}
+
+// transportRoundTrip replaces (*http.Transport).RoundTrip: a plain-HTTP
+// request made on a goroutine with a trace goes out as a copy carrying the
+// trace in-band; the caller's request is never modified.
+func transportRoundTrip(t *http.Transport, req *http.Request) (*http.Response, error) {
+	sent := req
+	if e := active.Load(); e != nil {
+		sent = e.carry(req)
+	}
+	resp, err := roundTrip(t, sent)
+	if resp != nil && resp.Request == sent && sent != req {
+		resp.Request = req
+	}
+	return resp, err
+}
+
+// carry returns req, or a copy of it with the current trace in
+// TraceHeader. Only plain http: over TLS the Write hook sees ciphertext and
+// could not strip the header.
+func (e *engine) carry(req *http.Request) (out *http.Request) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.recovered("http-transport", r)
+			out = req
+		}
+	}()
+	if req == nil || req.URL == nil || req.URL.Scheme != "http" {
+		return req
+	}
+	tid := trace.CurrentID()
+	if tid == "" || !trace.ValidID(tid) {
+		return req
+	}
+	if _, set := req.Header[TraceHeader]; set {
+		return req
+	}
+	r2 := new(http.Request)
+	*r2 = *req
+	h := make(http.Header, len(req.Header)+1)
+	for k, v := range req.Header {
+		h[k] = v
+	}
+	h[TraceHeader] = []string{tid}
+	r2.Header = h
+	counters.carried.Add(1)
+	return r2
+}

@@ -1,0 +1,103 @@
+package extract
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/retrace-dev/retrace/replayer/load"
+)
+
+// MaxLine is the longest source line parsed; longer lines are reported as
+// bad and skipped.
+const MaxLine = 64 << 20
+
+// LineParser turns one line of a log into a request. lineNo is 1-based; name
+// is the source name (for request ids).
+type LineParser func(line []byte, name string, lineNo int) (*load.Request, error)
+
+// Lines is a Source of one stream of log lines (gzip-compressed when Name
+// ends in .gz), each parsed by Parse. Blank lines are skipped.
+type Lines struct {
+	Name  string
+	R     io.Reader
+	Parse LineParser
+}
+
+// Scan implements Source.
+func (l *Lines) Scan(ctx context.Context, fn func(*load.Request) error, bad func(BadLine)) error {
+	r := l.R
+	if strings.HasSuffix(l.Name, ".gz") {
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return fmt.Errorf("%s: %w", l.Name, err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	br := bufio.NewReaderSize(r, 256<<10)
+	var buf []byte
+	for lineNo := 1; ; lineNo++ {
+		if lineNo%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		line, tooLong, err := readLine(br, &buf)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", l.Name, err)
+		}
+		if tooLong {
+			bad(BadLine{l.Name, lineNo, fmt.Errorf("line longer than %d bytes", MaxLine)})
+			continue
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		req, err := l.Parse(line, l.Name, lineNo)
+		if err != nil {
+			bad(BadLine{l.Name, lineNo, err})
+			continue
+		}
+		if err := req.Validate(); err != nil {
+			bad(BadLine{l.Name, lineNo, err})
+			continue
+		}
+		if err := fn(req); err != nil {
+			return err
+		}
+	}
+}
+
+func readLine(br *bufio.Reader, buf *[]byte) (line []byte, tooLong bool, err error) {
+	*buf = (*buf)[:0]
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(*buf)+len(chunk) > MaxLine {
+			tooLong = true
+		} else {
+			*buf = append(*buf, chunk...)
+		}
+		switch {
+		case err == nil:
+			return bytes.TrimRight(*buf, "\r\n"), tooLong, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF):
+			if len(*buf) == 0 && !tooLong {
+				return nil, false, io.EOF
+			}
+			return bytes.TrimRight(*buf, "\r\n"), tooLong, nil
+		default:
+			return nil, false, err
+		}
+	}
+}

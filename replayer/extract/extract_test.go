@@ -2,8 +2,8 @@ package extract
 
 import (
 	"bytes"
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"

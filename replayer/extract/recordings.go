@@ -112,4 +112,3 @@ func NewRecordingFiles(name string, r io.Reader) Source {
 		return SessionRequest(s)
 	}}
 }
-

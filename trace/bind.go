@@ -1,6 +1,8 @@
 package trace
 
 import (
+	"bytes"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -35,8 +37,10 @@ type binding struct {
 	goid     int64    // goroutine Bind ran on
 	prev     *binding // goTable entry this binding shadowed (nested Bind), or nil
 
-	// Labels of the goroutine before Bind and the ones Bind set. Only
-	// release touches them, once, on the bound goroutine.
+	// Labels of the goroutine before Bind, and the last ones we set on it
+	// (Bind, or Current restoring our label). Only the bound goroutine
+	// touches them: Current when it finds b in the table, release when
+	// called there.
 	prevLabels, ourLabels unsafe.Pointer
 }
 
@@ -71,15 +75,13 @@ func Bind(t *Trace) (release func()) {
 		return func() {}
 	}
 	b := &binding{goid: goid.Get()}
-	n := copy(b.name[:], t.ID)
-	if n == 0 {
-		b.name[0] = '-' // a pprof label value may not be empty to be seen
-		n = 1
+	if copy(b.name[:], t.ID) == 0 || strings.IndexByte(t.ID, 0) == 0 {
+		b.name[0] = '-' // the label value must not be empty
 	}
 	b.trace.Store(t)
 	b.prev = bindings.swap(b.goid, b)
 	b.prevLabels = runtime_getProfLabel()
-	b.ourLabels = withLabel(b.prevLabels, unsafe.String(&b.name[0], n))
+	b.ourLabels = withLabel(b.prevLabels, b.labelValue())
 	runtime_setProfLabel(b.ourLabels)
 	live.Add(1)
 	return b.release
@@ -115,6 +117,29 @@ func (b *binding) release() {
 	b.prevLabels, b.ourLabels = nil, nil
 }
 
+// relabel puts b's label back on its goroutine when the application
+// replaced the goroutine's labels after Bind (pprof.Do and
+// pprof.SetGoroutineLabels set the labels of a context, which never holds
+// ours), so that goroutines started from then on inherit the trace again.
+// It runs on the bound goroutine only, and allocates only when the label
+// was lost.
+func (b *binding) relabel(cur unsafe.Pointer) {
+	if labelBinding(cur) != b {
+		cur = withLabel(cur, b.labelValue())
+		runtime_setProfLabel(cur)
+	}
+	b.ourLabels = cur
+}
+
+// labelValue is the value of b's label: the trace id, in b.name.
+func (b *binding) labelValue() string {
+	n := bytes.IndexByte(b.name[:], 0)
+	if n < 0 {
+		n = len(b.name)
+	}
+	return unsafe.String(&b.name[0], n)
+}
+
 func isReleased(b *binding) bool { return b.released.Load() }
 
 // Current returns the trace of the calling goroutine, or nil. It looks in
@@ -124,10 +149,17 @@ func isReleased(b *binding) bool { return b.released.Load() }
 // released trace: Current returns nil there, so late work is never charged
 // to a request that has ended (or to the next one on the same connection).
 //
-// Current takes no lock and does not allocate.
+// On the bound goroutine, Current also puts the trace's label back when the
+// application replaced the goroutine's labels since Bind (pprof.Do,
+// pprof.SetGoroutineLabels), so goroutines it starts afterwards inherit
+// the trace again; that is the only time it allocates. It never takes a
+// lock.
 func Current() *Trace {
 	if b := bindings.get(goid.Get()); b != nil {
 		if t := b.trace.Load(); t != nil {
+			if cur := runtime_getProfLabel(); cur != b.ourLabels {
+				b.relabel(cur)
+			}
 			return t
 		}
 	}

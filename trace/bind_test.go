@@ -188,18 +188,23 @@ func TestBindKeepsApplicationLabels(t *testing.T) {
 				release := Bind(&Trace{ID: "t-bind-do"})
 				check(`{"retrace.trace":"t-bind-do"}`, "t-bind-do")
 				pprof.Do(ctx, pprof.Labels("app", "orders"), func(context.Context) {
-					// pprof.Do sets the labels of its context, which
-					// cannot hold ours (documented limit); the
-					// application's label is there and the bound
-					// goroutine still finds its trace.
+					// pprof.Do set the labels of its context, which
+					// cannot hold ours: a child started right away does
+					// not see the trace (documented limit) ...
+					check(`{"app":"orders"}`, "")
+					// ... but the bound goroutine does, and from its
+					// first Current on, children do too.
 					if got := CurrentID(); got != "t-bind-do" {
 						t.Errorf("inside pprof.Do the bound goroutine sees %q", got)
 					}
-					labels, _ := labelsOfChild(t)
-					if !strings.Contains(labels, `"app":"orders"`) {
-						t.Errorf("child inside pprof.Do has labels %s", labels)
-					}
+					check(`{"app":"orders", "retrace.trace":"t-bind-do"}`, "t-bind-do")
 				})
+				// pprof.Do restored the labels of ctx: none.
+				check(``, "")
+				if got := CurrentID(); got != "t-bind-do" {
+					t.Errorf("after pprof.Do the bound goroutine sees %q", got)
+				}
+				check(`{"retrace.trace":"t-bind-do"}`, "t-bind-do")
 				release()
 				check(``, "")
 			},

@@ -31,10 +31,13 @@
 // request, never to the ended one nor to the next request on the same
 // connection.
 //
-// Limits: an application that replaces the goroutine's labels from a
-// context (pprof.Do, pprof.SetGoroutineLabels) after Bind drops the label
-// for goroutines started inside; the bound goroutine itself still finds its
-// trace in the table. Labels set with pprof.Do before Bind are kept.
+// Labels the application set with pprof.Do before Bind are kept. An
+// application that replaces the goroutine's labels after Bind (pprof.Do,
+// pprof.SetGoroutineLabels: they set the labels of a context, which never
+// holds ours) drops our label: the bound goroutine still finds its trace in
+// the table, and the next Current call on it puts the label back next to
+// the application's, so goroutines started after that inherit the trace
+// again. Goroutines started in between do not see the trace.
 //
 // # Inbound stream
 //

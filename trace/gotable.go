@@ -18,7 +18,7 @@ type goTable struct {
 	shards [goShards]goShard
 }
 
-const goShards = 64
+const goShards = 256
 
 type goShard struct {
 	mu      sync.Mutex // serialises writers; readers never take it

@@ -219,16 +219,20 @@ func (p *InboundParser) Feed(out, in []byte, onRequest func(RequestHead, int)) [
 		case sLineStart:
 			i = p.lineStart(c, i, &f)
 		case sName:
-			switch {
-			case c == ':':
+			j := i
+			for j < len(in) && tchar(in[j]) {
+				j++
+			}
+			p.addNameBytes(in[i:j])
+			i = j
+			if j < len(in) {
+				if in[j] != ':' {
+					p.state = sPass // header line without a colon
+					break
+				}
 				p.hdr = p.classify()
 				p.state = sValue
 				i++
-			case tchar(c):
-				p.addName(c)
-				i++
-			default:
-				p.state = sPass // header line without a colon
 			}
 		case sValue, sStripValue:
 			i = p.value(in, i, &f)
@@ -528,6 +532,17 @@ func (p *InboundParser) addName(c byte) {
 		p.nname++
 	} else {
 		p.long = true
+	}
+}
+
+func (p *InboundParser) addNameBytes(b []byte) {
+	if len(b) > nameCap-p.nname {
+		b = b[:nameCap-p.nname]
+		p.long = true
+	}
+	for _, c := range b {
+		p.name[p.nname] = lower(c)
+		p.nname++
 	}
 }
 

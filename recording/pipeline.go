@@ -1,0 +1,307 @@
+package recording
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of PipelineConfig.
+const (
+	DefaultQueueSize     = 4096
+	DefaultBatchSize     = 256
+	DefaultFlushInterval = time.Second
+	DefaultMaxPayload    = 1 << 20
+)
+
+// PipelineConfig configures a Pipeline.
+type PipelineConfig struct {
+	// Store receives the sessions; the pipeline owns it and closes it in
+	// Close. Required.
+	Store Writer
+	// Sampler decides which requests are recorded. The zero value records
+	// none; use NewSampler(1) to record all.
+	Sampler Sampler
+	// Mask is applied to every payload before the session is written. Nil
+	// masks nothing.
+	Mask *Masker
+	// MaxPayload caps every payload (bytes kept, the rest dropped and the
+	// session marked truncated). Zero means DefaultMaxPayload; negative
+	// means no cap.
+	MaxPayload int
+	// QueueSize bounds the sessions waiting for the writer; when it is full
+	// Submit drops. Zero means DefaultQueueSize.
+	QueueSize int
+	// BatchSize is the most sessions handed to Store.Write at once. Zero
+	// means DefaultBatchSize.
+	BatchSize int
+	// FlushInterval is how often the writer flushes the store while
+	// sessions arrive. Zero means DefaultFlushInterval.
+	FlushInterval time.Duration
+	// ErrorLog receives write errors. Nil discards them (they are counted).
+	ErrorLog func(error)
+}
+
+// Stats are the pipeline's counters.
+type Stats struct {
+	Seen        int64 `json:"seen"`         // requests offered to Sample
+	Sampled     int64 `json:"sampled"`      // requests Sample chose
+	Recorded    int64 `json:"recorded"`     // sessions written to the store
+	Dropped     int64 `json:"dropped"`      // sessions dropped: queue full, or pipeline closed
+	Masked      int64 `json:"masked"`       // sessions in which masking changed a payload
+	Truncated   int64 `json:"truncated"`    // sessions with a payload cut at MaxPayload
+	WriteErrors int64 `json:"write_errors"` // failed Write or Flush calls of the store
+}
+
+// Pipeline is the record side's way to the store: Sample once per request,
+// Submit finished sessions; a background writer masks, caps and writes them
+// in batches. Submit never blocks: when the queue is full the session is
+// dropped and counted.
+type Pipeline struct {
+	cfg      PipelineConfig
+	queue    chan *Session
+	flushes  chan chan error
+	stop     chan struct{} // closed by Close: write what is queued, then end
+	abandon  chan struct{} // closed by Close when its ctx ends: drop what is queued
+	done     chan struct{} // closed by the writer when it ends
+	closed   atomic.Bool
+	once     sync.Once
+	closeErr error
+
+	seen, sampled, recorded, dropped, masked, truncated, writeErrors atomic.Int64
+}
+
+// NewPipeline starts a pipeline and its writer goroutine; Close ends it.
+func NewPipeline(cfg PipelineConfig) (*Pipeline, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("recording: pipeline needs a store")
+	}
+	if cfg.MaxPayload == 0 {
+		cfg.MaxPayload = DefaultMaxPayload
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = DefaultQueueSize
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = DefaultFlushInterval
+	}
+	if cfg.ErrorLog == nil {
+		cfg.ErrorLog = func(error) {}
+	}
+	p := &Pipeline{
+		cfg:     cfg,
+		queue:   make(chan *Session, cfg.QueueSize),
+		flushes: make(chan chan error),
+		stop:    make(chan struct{}),
+		abandon: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	go (&pipelineWriter{p: p}).run()
+	return p, nil
+}
+
+// Sample decides whether the current request is recorded; call it once per
+// request. It does not allocate.
+func (p *Pipeline) Sample() bool {
+	p.seen.Add(1)
+	if !p.cfg.Sampler.Sample() {
+		return false
+	}
+	p.sampled.Add(1)
+	return true
+}
+
+// Submit queues a finished session for writing and reports whether it was
+// queued. It never blocks; the pipeline owns s from now on.
+func (p *Pipeline) Submit(s *Session) bool {
+	if p.closed.Load() {
+		p.dropped.Add(1)
+		return false
+	}
+	select {
+	case p.queue <- s:
+		return true
+	default:
+		p.dropped.Add(1)
+		return false
+	}
+}
+
+// MaxPayload returns the payload cap (negative: none), so that capture can
+// stop buffering bytes it would drop anyway.
+func (p *Pipeline) MaxPayload() int { return p.cfg.MaxPayload }
+
+// Stats returns the counters.
+func (p *Pipeline) Stats() Stats {
+	return Stats{Seen: p.seen.Load(), Sampled: p.sampled.Load(), Recorded: p.recorded.Load(),
+		Dropped: p.dropped.Load(), Masked: p.masked.Load(), Truncated: p.truncated.Load(),
+		WriteErrors: p.writeErrors.Load()}
+}
+
+// Flush writes every queued session and flushes the store.
+func (p *Pipeline) Flush(ctx context.Context) error {
+	reply := make(chan error, 1)
+	select {
+	case p.flushes <- reply:
+	case <-p.done:
+		return errors.New("recording: pipeline closed")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close stops accepting sessions, writes what is queued, flushes and closes
+// the store. When ctx ends first, what is still queued is dropped and
+// counted, and Close returns without closing the store (a Write may still
+// be in progress; the writer ends when it returns). Safe to call twice.
+func (p *Pipeline) Close(ctx context.Context) error {
+	p.once.Do(func() {
+		p.closed.Store(true)
+		close(p.stop)
+		select {
+		case <-p.done:
+			p.closeErr = p.cfg.Store.Close()
+		case <-ctx.Done():
+			close(p.abandon)
+			p.closeErr = fmt.Errorf("recording: pipeline close: store not closed: %w", ctx.Err())
+		}
+	})
+	return p.closeErr
+}
+
+// pipelineWriter is the goroutine that writes sessions to the store.
+type pipelineWriter struct {
+	p     *Pipeline
+	batch []*Session
+	dirty bool // written since the last flush
+}
+
+func (w *pipelineWriter) run() {
+	p := w.p
+	defer close(p.done)
+	tick := time.NewTicker(p.cfg.FlushInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case s := <-p.queue:
+			w.collect(s)
+		case <-tick.C:
+			if w.dirty {
+				_ = w.flush()
+			}
+		case reply := <-p.flushes:
+			w.drain()
+			reply <- w.flush()
+		case <-p.stop:
+			w.drain()
+			_ = w.flush()
+			return
+		}
+	}
+}
+
+// collect writes s and whatever else is queued, up to a batch.
+func (w *pipelineWriter) collect(s *Session) {
+	w.batch = append(w.batch[:0], s)
+	for len(w.batch) < w.p.cfg.BatchSize {
+		select {
+		case s := <-w.p.queue:
+			w.batch = append(w.batch, s)
+			continue
+		default:
+		}
+		break
+	}
+	w.write()
+}
+
+// drain writes everything queued now, or drops and counts it once Close
+// has given up waiting.
+func (w *pipelineWriter) drain() {
+	for {
+		select {
+		case <-w.p.abandon:
+			for {
+				select {
+				case <-w.p.queue:
+					w.p.dropped.Add(1)
+				default:
+					return
+				}
+			}
+		default:
+		}
+		select {
+		case s := <-w.p.queue:
+			w.collect(s)
+		default:
+			return
+		}
+	}
+}
+
+func (w *pipelineWriter) write() {
+	p := w.p
+	for _, s := range w.batch {
+		if p.cfg.Mask != nil && p.cfg.Mask.MaskSession(s) {
+			p.masked.Add(1)
+		}
+		if Cap(s, p.cfg.MaxPayload) {
+			p.truncated.Add(1)
+		}
+	}
+	if err := p.cfg.Store.Write(context.Background(), w.batch); err != nil {
+		p.writeErrors.Add(1)
+		p.dropped.Add(int64(len(w.batch)))
+		p.cfg.ErrorLog(err)
+	} else {
+		p.recorded.Add(int64(len(w.batch)))
+		w.dirty = true
+	}
+	clear(w.batch)
+	w.batch = w.batch[:0]
+}
+
+func (w *pipelineWriter) flush() error {
+	w.dirty = false
+	if err := w.p.cfg.Store.Flush(context.Background()); err != nil {
+		w.p.writeErrors.Add(1)
+		w.p.cfg.ErrorLog(err)
+		return err
+	}
+	return nil
+}
+
+// Cap cuts every payload of s longer than max bytes (max < 0: no cap),
+// marks the payloads it cut, and reports whether any payload of s is now
+// marked truncated (by Cap or before, by capture).
+func Cap(s *Session, max int) bool {
+	cut := false
+	capOne := func(p *[]byte, mark *bool) {
+		if max >= 0 && len(*p) > max {
+			*p = (*p)[:max:max]
+			*mark = true
+		}
+		cut = cut || *mark
+	}
+	capOne(&s.Inbound.Request, &s.Inbound.RequestTruncated)
+	capOne(&s.Inbound.Response, &s.Inbound.ResponseTruncated)
+	for i := range s.Calls {
+		c := &s.Calls[i]
+		capOne(&c.Request, &c.RequestTruncated)
+		capOne(&c.Response, &c.ResponseTruncated)
+	}
+	return cut
+}

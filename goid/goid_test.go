@@ -67,3 +67,48 @@ func BenchmarkGet(b *testing.B) {
 	}
 	_ = s
 }
+
+func TestParent(t *testing.T) {
+	type result struct {
+		parent, got int64
+		ok          bool
+	}
+	res := make(chan result, 1)
+	parent := Get()
+	go func() {
+		p, ok := Parent()
+		res <- result{parent, p, ok}
+	}()
+	r := <-res
+	if !r.ok {
+		if runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64" {
+			t.Fatalf("Parent() not available on %s/%s", runtime.GOARCH, runtime.Version())
+		}
+		t.Skipf("Parent() not supported on %s", runtime.GOARCH)
+	}
+	if r.got != r.parent {
+		t.Fatalf("Parent() = %d in a goroutine started by %d", r.got, r.parent)
+	}
+	// Grandchildren report their own parent, not the grandparent.
+	done := make(chan [2]int64)
+	go func() {
+		mid := Get()
+		go func() {
+			p, _ := Parent()
+			done <- [2]int64{mid, p}
+		}()
+	}()
+	if ids := <-done; ids[0] != ids[1] {
+		t.Fatalf("grandchild: Parent() = %d, its parent is %d", ids[1], ids[0])
+	}
+}
+
+func BenchmarkParent(b *testing.B) {
+	b.ReportAllocs()
+	var s int64
+	for b.Loop() {
+		p, _ := Parent()
+		s += p
+	}
+	_ = s
+}

@@ -773,3 +773,12 @@ func methodString(b []byte) string {
 	}
 	return string(b)
 }
+
+// Trace returns the trace a replayed request carries, seen by the agent at
+// arrived, or nil when the request carries no valid Retrace-Trace-Id.
+func (h RequestHead) Trace(arrived time.Time) *Trace {
+	if h.TraceID == "" {
+		return nil
+	}
+	return &Trace{ID: h.TraceID, ReplayTime: h.ReplayTime, Arrived: arrived}
+}

@@ -85,7 +85,9 @@ func mysqlRequest(msg, payload []byte, stmtSQL func(uint32) (string, bool)) requ
 		norm, _ := mysql.NormalizeSQL(q)
 		r.op, r.key = "PREPARE "+norm, q
 	case mysql.ComStmtExecute, mysql.ComStmtClose, mysql.ComStmtSendLongData, mysql.ComStmtReset:
-		id := binary.LittleEndian.Uint32(append(payload[1:min(len(payload), 5)], 0, 0, 0, 0))
+		var idb [4]byte
+		copy(idb[:], payload[1:]) // never append to payload: it aliases the recording
+		id := binary.LittleEndian.Uint32(idb[:])
 		verb := map[byte]string{mysql.ComStmtExecute: "EXECUTE ", mysql.ComStmtClose: "CLOSE ",
 			mysql.ComStmtSendLongData: "LONG DATA ", mysql.ComStmtReset: "RESET "}[payload[0]]
 		q, ok := stmtSQL(id)

@@ -154,4 +154,3 @@ func TestInboundParserBehindRealServer(t *testing.T) {
 		})
 	}
 }
-

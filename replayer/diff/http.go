@@ -23,6 +23,8 @@ type Response struct {
 	Header    http.Header
 	Body      []byte
 	Truncated bool // the body is a prefix of the real one
+	// Close reports that the connection it came on must not be reused.
+	Close bool
 }
 
 // Request is an HTTP request with its transfer and content codings removed.
@@ -48,7 +50,7 @@ func ReadResponse(br *bufio.Reader, method string) (*Response, error) {
 			resp.Body.Close()
 			continue
 		}
-		out := &Response{Status: resp.StatusCode, Header: resp.Header}
+		out := &Response{Status: resp.StatusCode, Header: resp.Header, Close: resp.Close}
 		body, trunc, err := readBody(resp.Body)
 		resp.Body.Close()
 		out.Body, out.Truncated = body, trunc

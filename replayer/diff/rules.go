@@ -413,6 +413,18 @@ func (r *Rules) view(api, scope, dst string) *view {
 	return v
 }
 
+// Ignores reports whether the rendered path is ignored for api in scope
+// (and destination dst, downstream).
+func (r *Rules) Ignores(api, scope, dst, path string) bool {
+	v := r.view(api, scope, dst)
+	for _, p := range v.ignore {
+		if p.MatchPath(path) {
+			return true
+		}
+	}
+	return false
+}
+
 func (v *view) ignored(path []segment) bool {
 	for _, p := range v.ignore {
 		if p.match(path) {

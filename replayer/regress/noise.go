@@ -1,0 +1,165 @@
+package regress
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/replayer/diff"
+)
+
+// NoiseConfig says how noise is detected.
+type NoiseConfig struct {
+	// PerAPI is how many sessions of each API are replayed; zero: 3.
+	PerAPI int
+	// Runs is how many times each of them is replayed against the same
+	// build; zero: 2. Values that differ between any two runs are noise.
+	Runs int
+}
+
+// Noise is what noise detection found.
+type Noise struct {
+	// Rules ignore every path that differed between runs, per API (and
+	// per destination downstream), array indices generalised to [*].
+	Rules    []diff.Rule
+	Sessions int // sessions replayed
+	Errors   int // replays that failed (not used for detection)
+	// Unstable lists sessions whose status code differed between runs:
+	// never turned into a rule, since ignoring the status would hide
+	// failures.
+	Unstable []string
+}
+
+// maxUnstable bounds Noise.Unstable.
+const maxUnstable = 100
+
+// DetectNoise replays a sample of the selected sessions several times
+// against the same build (and, in A/B mode, against the baseline too) and
+// returns rules that ignore what differed between those replays:
+// timestamps, generated ids, random order. The rules in cfg.Rules apply
+// already, so what they ignore is not reported again.
+func DetectNoise(ctx context.Context, cfg Config, nc NoiseConfig) (*Noise, error) {
+	if nc.PerAPI <= 0 {
+		nc.PerAPI = 3
+	}
+	if nc.Runs < 2 {
+		nc.Runs = 2
+	}
+	r, err := newRunner(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	perAPI := map[string]int{} // bounded by the number of APIs
+	pick := func(s *recording.Session) int {
+		method, path := RequestLine(s.Inbound.Request)
+		api := APIName(method, path)
+		if perAPI[api] >= nc.PerAPI {
+			return 0
+		}
+		perAPI[api]++
+		return 1
+	}
+	out := &Noise{}
+	seen := map[string]bool{}
+	emit := func(p noiseProbe) {
+		out.Sessions++
+		out.Errors += p.errors
+		if p.unstable && len(out.Unstable) < maxUnstable {
+			out.Unstable = append(out.Unstable, p.session)
+		}
+		for _, rule := range p.rules {
+			k := rule.API + "\x00" + rule.Scope + "\x00" + rule.Dst + "\x00" + rule.Ignore
+			if !seen[k] {
+				seen[k] = true
+				out.Rules = append(out.Rules, rule)
+			}
+		}
+	}
+	err = runPool(ctx, r, pick, func(ctx context.Context, w *worker, j job) noiseProbe {
+		return r.probe(ctx, w, j.s, nc.Runs)
+	}, emit)
+	sort.SliceStable(out.Rules, func(i, j int) bool {
+		a, b := out.Rules[i], out.Rules[j]
+		if a.API != b.API {
+			return a.API < b.API
+		}
+		if a.Scope != b.Scope {
+			return a.Scope > b.Scope // response first
+		}
+		return a.Ignore < b.Ignore
+	})
+	return out, err
+}
+
+// noiseProbe is what the replays of one session showed.
+type noiseProbe struct {
+	session  string
+	rules    []diff.Rule
+	errors   int
+	unstable bool
+}
+
+func (r *runner) probe(ctx context.Context, w *worker, s *recording.Session, runs int) noiseProbe {
+	p := noiseProbe{session: s.ID}
+	method, path := RequestLine(s.Inbound.Request)
+	api := APIName(method, path)
+	comment := fmt.Sprintf("noise: differed between %d replays of session %s", runs, s.ID)
+	sides := []*side{r.candidate}
+	if r.baseline != nil {
+		sides = append(sides, r.baseline)
+	}
+	for _, sd := range sides {
+		var first *attempt
+		for k := 0; k < runs; k++ {
+			a := r.replay(ctx, w, sd, s, k, "n"+sd.name[:1])
+			if a.err != nil {
+				p.errors++
+				continue
+			}
+			if first == nil {
+				first = &a
+				continue
+			}
+			if a.resp.Status != first.resp.Status {
+				p.unstable = true
+			}
+			for _, d := range r.cfg.Rules.CompareResponses(api, first.resp, a.resp) {
+				if d.Path == "status" || d.Path == "…" {
+					continue
+				}
+				p.rules = append(p.rules, diff.Rule{API: api, Scope: diff.ScopeResponse, Ignore: diff.Generalize(d.Path), Comment: comment})
+			}
+			if first.report != nil && a.report != nil {
+				p.rules = append(p.rules, r.downstreamNoise(api, first, &a, comment)...)
+			}
+		}
+	}
+	return p
+}
+
+// downstreamNoise compares the calls of two replays that matched the same
+// recorded call.
+func (r *runner) downstreamNoise(api string, a, b *attempt, comment string) []diff.Rule {
+	byMatch := map[int][]byte{}
+	for _, c := range a.report.Calls {
+		if !c.Setup && c.Matched >= 0 {
+			byMatch[c.Matched] = c.Request
+		}
+	}
+	var out []diff.Rule
+	for _, c := range b.report.Calls {
+		prev, ok := byMatch[c.Matched]
+		if c.Setup || c.Matched < 0 || !ok {
+			continue
+		}
+		for _, d := range r.cfg.Rules.CompareCalls(api, c.Proto, c.Dst, prev, c.Request) {
+			if d.Path == "…" {
+				continue
+			}
+			out = append(out, diff.Rule{API: api, Scope: diff.ScopeDownstream, Dst: c.Dst, Ignore: diff.Generalize(d.Path), Comment: comment})
+		}
+	}
+	return out
+}

@@ -168,6 +168,10 @@ func (p *InboundParser) Held() int { return p.nheld }
 // index, in the slice Feed returns, of the first byte of that request's
 // request line. When the request began in an earlier call the offset is
 // smaller than len(out) on entry, and may be negative.
+//
+// Bytes held back when the connection ends are never delivered: they are
+// the start of an incomplete header line that may be a Retrace-* header,
+// in a request the server could not have served anyway.
 func (p *InboundParser) Feed(out, in []byte, onRequest func(RequestHead, int)) []byte {
 	if p.state == sPass {
 		p.total += int64(len(in))

@@ -79,6 +79,9 @@ type InboundParser struct {
 	total  int64 // bytes emitted over the parser's life
 	start  int64 // value of total at the first byte of the current request
 	nreq   int64 // request heads completed
+	// lastBase is total minus len(out) at the start of the last Feed: the
+	// absolute position of that Feed's result.
+	lastBase int64
 	hdr    hdrKind
 	name   [nameCap]byte
 	nname  int
@@ -103,6 +106,8 @@ type InboundParser struct {
 
 type pstate uint8
 
+// The states from sMethod to sHeadEndLF are those inside a request head
+// (HeadStart relies on their order).
 const (
 	sMsgStart pstate = iota // before a request line (the zero state)
 	sMethod
@@ -154,6 +159,20 @@ func (p *InboundParser) Idle() bool { return p.state == sMsgStart }
 // Requests returns how many request heads have been completed.
 func (p *InboundParser) Requests() int64 { return p.nreq }
 
+// HeadStart reports whether the last Feed ended inside a request head (a
+// request line or header block not finished yet), and where that request
+// began: an index into the slice that Feed returned, smaller than the
+// length out had on entry (or negative) when it began in an earlier call.
+// Together with the offsets given to onRequest it tells, for every byte
+// delivered, which request it belongs to, also when one read ends a
+// request's body and starts the next request's head.
+func (p *InboundParser) HeadStart() (start int, ok bool) {
+	if p.state < sMethod || p.state > sHeadEndLF {
+		return 0, false
+	}
+	return int(p.start - p.lastBase), true
+}
+
 // Held returns how many bytes Feed is holding back (0..MaxHeld).
 func (p *InboundParser) Held() int { return p.nheld }
 
@@ -174,6 +193,7 @@ func (p *InboundParser) Held() int { return p.nheld }
 // in a request the server could not have served anyway.
 func (p *InboundParser) Feed(out, in []byte, onRequest func(RequestHead, int)) []byte {
 	if p.state == sPass {
+		p.lastBase = p.total - int64(len(out))
 		p.total += int64(len(in))
 		return append(out, in...)
 	}
@@ -295,6 +315,7 @@ func (p *InboundParser) Feed(out, in []byte, onRequest func(RequestHead, int)) [
 		}
 	}
 	p.flush(&f, len(in))
+	p.lastBase = f.base
 	return f.out
 }
 

@@ -23,6 +23,7 @@ func feedAll(t testing.TB, chunks ...[]byte) ([]byte, []event, *InboundParser) {
 	var p InboundParser
 	var all []byte
 	var evs []event
+	var heads []pendingHead
 	for _, c := range chunks {
 		before := len(all)
 		out := p.Feed(nil, c, func(h RequestHead, off int) {
@@ -34,10 +35,22 @@ func feedAll(t testing.TB, chunks ...[]byte) ([]byte, []event, *InboundParser) {
 		if p.Held() > MaxHeld {
 			t.Fatalf("Held() = %d > MaxHeld", p.Held())
 		}
+		if s, ok := p.HeadStart(); ok {
+			heads = append(heads, pendingHead{before + s, len(evs)})
+		}
 		all = append(all, out...)
+	}
+	// A head in progress at the end of a read is the head of the next
+	// request reported, and starts where that request does.
+	for _, h := range heads {
+		if h.next < len(evs) && evs[h.next].start != h.start {
+			t.Fatalf("HeadStart() said request %d starts at %d, onRequest says %d", h.next, h.start, evs[h.next].start)
+		}
 	}
 	return all, evs, &p
 }
+
+type pendingHead struct{ start, next int }
 
 const (
 	reqA = "GET /orders/1?x=y HTTP/1.1\r\n" +

@@ -73,25 +73,25 @@ type RequestHead struct {
 // concurrent use. Its memory does not grow: besides a fixed-size struct it
 // keeps one buffer of at most MaxPathLen bytes.
 type InboundParser struct {
-	state  pstate
-	held   [MaxHeld]byte // start of a header line that may be Retrace-*
-	nheld  int
-	total  int64 // bytes emitted over the parser's life
-	start  int64 // value of total at the first byte of the current request
-	nreq   int64 // request heads completed
+	state pstate
+	held  [MaxHeld]byte // start of a header line that may be Retrace-*
+	nheld int
+	total int64 // bytes emitted over the parser's life
+	start int64 // value of total at the first byte of the current request
+	nreq  int64 // request heads completed
 	// lastBase is total minus len(out) at the start of the last Feed: the
 	// absolute position of that Feed's result.
 	lastBase int64
-	hdr    hdrKind
-	name   [nameCap]byte
-	nname  int
-	val    [valCap]byte
-	nval   int
-	long   bool // name or value did not fit
-	n      uint64
-	digits int
-	vi     int  // index into "HTTP/1." while matching the version
-	strip  bool // the last header line was stripped (for obs-fold lines)
+	hdr      hdrKind
+	name     [nameCap]byte
+	nname    int
+	val      [valCap]byte
+	nval     int
+	long     bool // name or value did not fit
+	n        uint64
+	digits   int
+	vi       int  // index into "HTTP/1." while matching the version
+	strip    bool // the last header line was stripped (for obs-fold lines)
 	// Per request.
 	method   [16]byte
 	nmethod  int

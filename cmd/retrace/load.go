@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"sync"
+	"time"
+
+	"golang.org/x/term"
+
+	_ "github.com/retrace-dev/retrace/recording/cloud" // s3://, gs://, azblob:// for inputs and results
+	"github.com/retrace-dev/retrace/replayer/load"
+	"github.com/retrace-dev/retrace/replayer/objstore"
+)
+
+func init() {
+	commands["load"] = command{summary: "load step 3: replay timed requests at their pace, a rate or flat out; write per-API histograms", run: runLoad}
+}
+
+func runLoad(ctx context.Context, p *proc, args []string) error {
+	fs := newFlagSet(p, "load", "--input FILE --target URL --out DIR [--mode original|rate|max] [--shard I/N] …",
+		"retrace load --input v2.jsonl --target http://127.0.0.1:8080 --mode rate --rate 200 --duration 5m --shard 0/4 --out s3://perf/run-42")
+	input := fs.String("input", "", "timed-request JSONL: a path, a bucket URL, or - for stdin (required)")
+	target := fs.String("target", "", "http://HOST:PORT[/prefix] or mysql://USER:PW@tcp(HOST:PORT)/DB (required)")
+	out := fs.String("out", "", "results directory or bucket URL; this shard writes DIR/shard-I-of-N/ (required)")
+	modeS := fs.String("mode", "original", "pacing: original (recorded timestamps), rate (--rate or --ramp), max (as fast as answered)")
+	speed := fs.Float64("speed", 1, "original mode: play recorded gaps this many times faster")
+	rate := fs.Float64("rate", 0, "rate mode: requests per second, all shards together")
+	rampS := fs.String("ramp", "", "rate mode: FROM:TO requests per second, linearly over --duration")
+	duration := fs.Duration("duration", 0, "stop after this long (default: when the input ends)")
+	conc := fs.Int("concurrency", 0, "max mode: requests in flight (default 32); paced modes: bound on requests in flight (default 10000)")
+	shardS := fs.String("shard", "0/1", "run shard I of N: a deterministic, disjoint part of the input")
+	stagger := fs.Duration("stagger", 10*time.Millisecond, "shard I starts I×stagger/N later than shard 0")
+	var startAt timeFlag
+	fs.Var(&startAt, "start-at", "common start time of all shards (RFC 3339); default: now")
+	timeout := fs.Duration("timeout", 30*time.Second, "per-request timeout")
+	failStatus := fs.Int("fail-status", 500, "lowest HTTP status counted as an error")
+	progress := fs.String("progress", "auto", "auto (live line on a terminal, else a log line every 10s), live, log, off")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *input == "" || *target == "" || *out == "" {
+		return usageError("--input, --target and --out are required")
+	}
+	if fs.NArg() > 0 {
+		return usageError("unexpected argument %q", fs.Arg(0))
+	}
+	mode, err := load.ParseMode(*modeS)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	shard, err := load.ParseShard(*shardS)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	cfg := load.Config{Mode: mode, Speed: *speed, Rate: *rate, Duration: *duration, Concurrency: *conc,
+		Shard: shard, Stagger: *stagger, StartAt: startAt.t, Target: *target, Input: *input}
+	if *rampS != "" {
+		if cfg.Ramp, err = load.ParseRamp(*rampS); err != nil {
+			return usageError("%v", err)
+		}
+		if *duration <= 0 {
+			return usageError("--ramp needs --duration")
+		}
+	}
+	if mode == load.ModeRate && *rate <= 0 && *rampS == "" {
+		return usageError("--mode rate needs --rate N or --ramp A:B")
+	}
+	if *speed <= 0 {
+		return usageError("--speed must be > 0")
+	}
+
+	execConc := *conc
+	if execConc <= 0 {
+		execConc = 256
+	}
+	exec, err := load.NewExecutor(*target, load.ExecutorConfig{Concurrency: execConc, Timeout: *timeout, FailStatus: *failStatus})
+	if err != nil {
+		return usageError("%v", err)
+	}
+	defer exec.Close()
+	cfg.Executor = exec
+
+	in, err := objstore.OpenFile(ctx, *input, p.Stdin)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	dir, err := objstore.OpenDir(ctx, *out)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	sub := shard.Name()
+	ts, err := dir.Create(ctx, path.Join(sub, load.TimeseriesFile))
+	if err != nil {
+		return err
+	}
+	errs, err := dir.Create(ctx, path.Join(sub, load.ErrorsFile))
+	if err != nil {
+		ts.Close()
+		return err
+	}
+	cfg.Timeseries, cfg.Errors = ts, errs
+	badShown := 0
+	cfg.OnBadLine = func(e *load.LineError) {
+		if badShown < 20 {
+			badShown++
+			fmt.Fprintf(p.Stderr, "load: skipped %v\n", e)
+		}
+	}
+	pr := newProgressPrinter(p.Stderr, *progress)
+	if pr != nil {
+		cfg.Progress, cfg.ProgressEvery = pr.print, pr.every
+	}
+
+	inName := *input
+	if inName == "-" {
+		inName = "stdin"
+	}
+	res, runErr := load.Run(ctx, cfg, load.NewReader(in, inName))
+	closeErr := errors.Join(ts.Close(), errs.Close())
+	if res == nil {
+		return errors.Join(runErr, closeErr)
+	}
+	rw, err := dir.Create(ctx, path.Join(sub, load.ResultsFile))
+	if err != nil {
+		return errors.Join(runErr, err)
+	}
+	err = load.WriteResults(rw, res)
+	err = errors.Join(err, rw.Close(), closeErr)
+	t := res.Total
+	fmt.Fprintf(p.Stderr, "load: shard %s: %d sent, %d errors, %.1f req/s over %.1fs, p50 %.2fms p99 %.2fms max %.2fms; results in %s\n",
+		res.Shard, res.Sent, t.Errors, float64(t.Count)/res.Ended.Sub(res.Started).Seconds(), res.Ended.Sub(res.Started).Seconds(),
+		t.P50Ms, t.P99Ms, t.MaxMs, dir.Path(sub))
+	if res.Late > 0 {
+		fmt.Fprintf(p.Stderr, "load: %d requests were sent more than %v after their intended time (raise --concurrency or add shards); their latency counts from the intended time\n",
+			res.Late, load.LateAfter)
+	}
+	if errors.Is(runErr, context.Canceled) {
+		runErr = nil // interrupted: the results so far are written
+		fmt.Fprintln(p.Stderr, "load: interrupted; results cover the requests sent so far")
+	}
+	return errors.Join(runErr, err)
+}
+
+// progressPrinter shows a run's progress: a line redrawn in place on a
+// terminal, or a log line now and then elsewhere.
+type progressPrinter struct {
+	mu    sync.Mutex
+	w     io.Writer
+	live  bool
+	every time.Duration
+}
+
+func newProgressPrinter(w io.Writer, mode string) *progressPrinter {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		tty = term.IsTerminal(int(f.Fd()))
+	}
+	switch mode {
+	case "off":
+		return nil
+	case "live":
+		return &progressPrinter{w: w, live: true, every: 250 * time.Millisecond}
+	case "log":
+		return &progressPrinter{w: w, every: 10 * time.Second}
+	default:
+		if tty {
+			return &progressPrinter{w: w, live: true, every: 250 * time.Millisecond}
+		}
+		return &progressPrinter{w: w, every: 10 * time.Second}
+	}
+}
+
+func (pp *progressPrinter) print(pg load.Progress) {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	errPct := 0.0
+	if pg.Done > 0 {
+		errPct = 100 * float64(pg.Errors) / float64(pg.Done)
+	}
+	line := fmt.Sprintf("%7.1fs  sent %d  done %d  errors %d (%.2f%%)  rate %.1f/s  p99 %s",
+		pg.Elapsed.Seconds(), pg.Sent, pg.Done, pg.Errors, errPct, pg.Rate, pg.P99.Round(10*time.Microsecond))
+	switch {
+	case pp.live && pg.Final:
+		fmt.Fprintf(pp.w, "\r\033[K")
+	case pp.live:
+		fmt.Fprintf(pp.w, "\r\033[K%s", line)
+	case !pg.Final:
+		fmt.Fprintf(pp.w, "load: %s\n", line)
+	}
+}

@@ -8,7 +8,9 @@ import (
 	"runtime/pprof"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 	"weak"
 
 	"golang.org/x/sync/errgroup"
@@ -338,5 +340,45 @@ func TestReleasedTraceIsCollected(t *testing.T) {
 	}
 	if Bound() != 0 || bindings.len() != 0 {
 		t.Fatalf("Bound()=%d table=%d", Bound(), bindings.len())
+	}
+}
+
+// TestTimerCallbacksInheritNothing: time.AfterFunc callbacks run on
+// goroutines the runtime starts from its timer code, not from whichever
+// goroutine happened to be running: they must not see a bound trace.
+func TestTimerCallbacksInheritNothing(t *testing.T) {
+	stop := make(chan struct{})
+	var busy sync.WaitGroup
+	for range 4 {
+		busy.Go(func() {
+			release := Bind(&Trace{ID: "busy"})
+			defer release()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					time.Sleep(time.Microsecond)
+				}
+			}
+		})
+	}
+	const timers = 500
+	var fired sync.WaitGroup
+	var leaked atomic.Int64
+	for i := range timers {
+		fired.Add(1)
+		time.AfterFunc(time.Duration(i%20)*time.Microsecond, func() {
+			defer fired.Done()
+			if CurrentID() != "" {
+				leaked.Add(1)
+			}
+		})
+	}
+	fired.Wait()
+	close(stop)
+	busy.Wait()
+	if n := leaked.Load(); n > 0 {
+		t.Fatalf("%d of %d timer callbacks saw a trace", n, timers)
 	}
 }

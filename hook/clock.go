@@ -67,7 +67,7 @@ func realNow() time.Time {
 		tl.wall, tl.ext = uint64(nsec), sec+unixToInternal
 		return t
 	}
-	mono -= clockBase
+	mono -= startNano()
 	sec += unixToInternal - wallToInternal
 	if uint64(sec)>>33 != 0 {
 		tl.wall, tl.ext = uint64(nsec), sec+wallToInternal
@@ -76,9 +76,6 @@ func realNow() time.Time {
 	tl.wall, tl.ext = hasMonotonic|uint64(sec)<<nsecShift|uint64(nsec), mono
 	return t
 }
-
-// clockBase is startNano(), fixed before time.Now is patched.
-var clockBase int64
 
 // nowDouble replaces time.Now: the recorded time plus the time elapsed
 // since arrival on the goroutines of a request replayed with
@@ -93,7 +90,7 @@ func nowDouble() time.Time {
 }
 
 func clockTarget() (target, error) {
-	clockBase = startNano()
+	startNano() // fixed before time.Now is patched
 	v := reflect.ValueOf(time.Now)
 	word := new(uintptr)
 	*word = v.Pointer()

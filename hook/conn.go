@@ -22,7 +22,7 @@ func connRead(c *netConn, b []byte) (int, error) {
 			return e.outboundRead(st, c, b)
 		}
 	}
-	return netl.plainRead(c, b)
+	return netLayoutP.Load().plainRead(c, b)
 }
 
 func connWrite(c *netConn, b []byte) (int, error) {
@@ -37,7 +37,7 @@ func connWrite(c *netConn, b []byte) (int, error) {
 			return e.outboundWrite(st, c, b)
 		}
 	}
-	return netl.plainWrite(c, b)
+	return netLayoutP.Load().plainWrite(c, b)
 }
 
 func connClose(c *netConn) error {
@@ -47,7 +47,7 @@ func connClose(c *netConn) error {
 	if e := active.Load(); e != nil {
 		e.closing(c)
 	}
-	return netl.plainClose(c)
+	return netLayoutP.Load().plainClose(c)
 }
 
 func (e *engine) closing(c *netConn) {
@@ -56,9 +56,9 @@ func (e *engine) closing(c *netConn) {
 			e.recovered("close", r)
 		}
 	}()
-	if e.cfg.Mode == Replay {
-		e.connects.set(e.l.fdSysfd(c.fd), "")
-	}
+	// A pending connect of this socket is not cleared here: reading the
+	// descriptor would race with a concurrent Close, and the next connect
+	// of the same descriptor number overwrites it anyway.
 	if st := e.conns.remove(uintptr(c.fd), 0, true); st != nil {
 		e.forget(st)
 	}
@@ -77,7 +77,7 @@ func (e *engine) inboundRead(st *connState, c *netConn, b []byte) (int, error) {
 	}
 	record := e.cfg.Mode == Record
 	for {
-		n, err := netl.plainRead(c, b)
+		n, err := e.l.plainRead(c, b)
 		if n <= 0 || (st.rd.passThrough() && !record) {
 			return n, err
 		}
@@ -171,7 +171,7 @@ func (e *engine) recordCall(where string, f func()) {
 // inboundWrite writes a response on an accepted connection: never framed,
 // never redirected; reported in record mode.
 func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) {
-	n, err := netl.plainWrite(c, b)
+	n, err := e.l.plainWrite(c, b)
 	if n > 0 && e.cfg.Mode == Record {
 		if tid := st.tid(); tid != "" {
 			e.recordCall("inbound-write", func() { e.cfg.Recorder.InboundWrite(st.info, tid, b[:n]) })
@@ -192,7 +192,7 @@ func (e *engine) outboundRead(st *connState, c *netConn, b []byte) (int, error) 
 			return 0, err
 		}
 	}
-	n, err := netl.plainRead(c, b)
+	n, err := e.l.plainRead(c, b)
 	if n > 0 && e.cfg.Mode == Record {
 		e.recordCall("outbound-read", func() { e.cfg.Recorder.OutboundRead(st.info, b[:n]) })
 	}
@@ -207,7 +207,7 @@ func (e *engine) sendPreamble(st *connState, c *netConn) error {
 	}
 	var hdr [trace.MaxFrameHeader]byte
 	h := trace.AppendFrameHeader(hdr[:0], validOrEmpty(trace.CurrentID()), st.dst, 0)
-	if _, err := netl.plainWrite(c, h); err != nil {
+	if _, err := e.l.plainWrite(c, h); err != nil {
 		return err
 	}
 	st.preamble = true
@@ -231,7 +231,7 @@ func (e *engine) outboundWrite(st *connState, c *netConn, b []byte) (int, error)
 	record := e.cfg.Mode == Record
 	if !st.redirect && (st.broken.Load() || st.wr.passThrough()) {
 		// The common untraced case: a plain connection with no HTTP to strip.
-		n, err := netl.plainWrite(c, b)
+		n, err := e.l.plainWrite(c, b)
 		if n > 0 && record && !st.broken.Load() {
 			if tid := trace.CurrentID(); tid != "" {
 				e.recordCall("outbound-write", func() { e.cfg.Recorder.OutboundWrite(st.info, tid, b[:n]) })
@@ -356,7 +356,7 @@ func (w *outWriter) piece(tid string, p []byte) {
 }
 
 func (w *outWriter) write(p []byte) {
-	if _, err := netl.plainWrite(w.c, p); err != nil {
+	if _, err := w.e.l.plainWrite(w.c, p); err != nil {
 		w.err = err
 	}
 }

@@ -19,9 +19,10 @@ import (
 // behaves exactly like the function it replaces.
 var active atomic.Pointer[engine]
 
-// netl is the layout of net's internals, set before the first patch and
-// never changed afterwards.
-var netl *netLayout
+// netLayoutP holds the layout of net's internals, stored before the first
+// patch (always the same value); doubles load it atomically because a
+// goroutine may still run a double of an earlier Install.
+var netLayoutP atomic.Pointer[netLayout]
 
 // engine is one Install: its configuration and its connections.
 type engine struct {

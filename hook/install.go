@@ -40,7 +40,7 @@ func Install(cfg Config) (undo func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	netl = l
+	netLayoutP.Store(l)
 	e := newEngine(rc, l)
 
 	var undos []func()

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/retrace-dev/retrace/mockserver"
+	"github.com/retrace-dev/retrace/recording"
+)
+
+func init() {
+	commands["mock"] = command{summary: "answer the downstream calls of replayed requests from recordings", run: runMock}
+}
+
+// kvList is a repeatable flag of KEY[=VALUE] items, also comma-separated.
+type kvList map[string]string
+
+func (l kvList) String() string {
+	var parts []string
+	for k, v := range l {
+		parts = append(parts, k+"="+v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l kvList) Set(s string) error {
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(item, "=")
+		l[k] = v
+	}
+	return nil
+}
+
+// strategyList is the repeatable --strategy-for DST=CHAIN flag.
+type strategyList map[string][]mockserver.Strategy
+
+func (l strategyList) String() string { return fmt.Sprint(map[string][]mockserver.Strategy(l)) }
+
+func (l strategyList) Set(s string) error {
+	dst, chain, ok := strings.Cut(s, "=")
+	if !ok || dst == "" {
+		return fmt.Errorf("want DST=CHAIN such as 10.0.0.7:6379=redis,order, got %q", s)
+	}
+	c, err := mockserver.ParseStrategies(chain)
+	if err != nil {
+		return err
+	}
+	l[dst] = c
+	return nil
+}
+
+func runMock(ctx context.Context, p *proc, args []string) error {
+	fs := newFlagSet(p, "mock", "--recordings SRC [--listen ADDR] [--admin ADDR] [flags]",
+		"retrace mock --recordings ./retrace-recordings --listen 127.0.0.1:3515 --admin 127.0.0.1:3516 --strategy order --strategy-for 10.0.0.7:3306=sql,order --passthrough 10.0.0.9:3306")
+	src := fs.String("recordings", "", "recordings: a directory, file://DIR, redis://HOST:PORT/N or an object-storage URL (required)")
+	listen := fs.String("listen", mockserver.DefaultListen, "address for the framed traffic of services under replay")
+	admin := fs.String("admin", mockserver.DefaultAdmin, `address of the admin API ("-" for none)`)
+	strategy := fs.String("strategy", "order", "matching chain for every destination: comma-separated of order, first, last, hamming, json, sql, redis")
+	perDst := strategyList{}
+	fs.Var(perDst, "strategy-for", "matching chain for one destination, DST=CHAIN (repeatable)")
+	pass := kvList{}
+	fs.Var(pass, "passthrough", "destination DST[=REAL] whose connections go to the real server (repeatable, comma-separated)")
+	untraced := kvList{}
+	fs.Var(untraced, "proxy-untraced", `destination DST[=REAL] ("*" for all) whose untraced HTTP/Redis requests go to the real server (repeatable)`)
+	lazy := fs.Bool("lazy", false, "do not preload: fetch each recording from the store when a trace first names it")
+	readTimeout := fs.Duration("read-timeout", 10*time.Second, "longest time a frame may take to arrive once it started")
+	idleTimeout := fs.Duration("idle-timeout", 0, "close connections idle this long (0: never)")
+	maxFrame := fs.Int("max-frame", 16<<20, "largest frame payload in bytes")
+	logLevel := fs.String("log", "info", "log level: error, info or debug")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError("unexpected argument %q", fs.Arg(0))
+	}
+	if *src == "" {
+		return usageError("--recordings is required (a directory or a store URL)")
+	}
+	chain, err := mockserver.ParseStrategies(*strategy)
+	if err != nil {
+		return usageError("--strategy: %v", err)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return usageError("--log %q: want error, info or debug", *logLevel)
+	}
+	log := slog.New(slog.NewTextHandler(p.Stderr, &slog.HandlerOptions{Level: level}))
+
+	store, err := recording.Open(ctx, *src, recording.WithErrorHandler(func(err error) { log.Warn("skipped", "err", err) }))
+	if err != nil {
+		return fmt.Errorf("--recordings %q: %w", *src, err)
+	}
+	defer store.Close()
+	cfg := mockserver.Config{Listen: *listen, Admin: *admin, Strategies: chain, DstStrategies: perDst,
+		Passthrough: pass, Untraced: untraced, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout,
+		MaxFrame: *maxFrame, Logger: log}
+	if *lazy {
+		cfg.Lookup = func(ctx context.Context, id string) (*recording.Session, error) {
+			s, err := store.Get(ctx, id)
+			if errors.Is(err, recording.ErrNotFound) {
+				return nil, nil
+			}
+			return s, err
+		}
+	}
+	srv, err := mockserver.New(cfg)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	if !*lazy {
+		start := time.Now()
+		n, err := srv.Load(ctx, mockserver.Source(store.Scan))
+		if err != nil {
+			return fmt.Errorf("loading %s: %w", *src, err)
+		}
+		fmt.Fprintf(p.Stderr, "retrace mock: loaded %d sessions from %s in %s\n", n, *src, time.Since(start).Round(time.Millisecond))
+	}
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	fmt.Fprintf(p.Stderr, "retrace mock: listening on %s, admin API %s (Ctrl-C to stop)\n", srv.Addr(), srv.AdminURL())
+	<-ctx.Done()
+	fmt.Fprintln(p.Stderr, "retrace mock: stopping")
+	return srv.Close()
+}
+
+var _ flag.Value = kvList{}
+var _ flag.Value = strategyList{}

@@ -277,3 +277,20 @@ func Generalize(s string) string {
 	}
 	return b.String()
 }
+
+// JoinKey appends an object key to a rendered path, in the syntax of the
+// paths in Differences ("" is the root).
+func JoinKey(path, key string) string {
+	if plainKey(key) {
+		if path == "" {
+			return key
+		}
+		return path + "." + key
+	}
+	return path + "[" + strconv.Quote(key) + "]"
+}
+
+// JoinIndex appends an array index to a rendered path.
+func JoinIndex(path string, i int) string {
+	return path + "[" + strconv.Itoa(i) + "]"
+}

@@ -90,3 +90,11 @@ func TestGlob(t *testing.T) {
 		}
 	}
 }
+
+func TestJoinMatchesRender(t *testing.T) {
+	got := JoinKey(JoinIndex(JoinKey(JoinKey("", "body"), "a.b"), 2), "c")
+	want := renderPath([]segment{keySeg("body"), keySeg("a.b"), idxSeg(2), keySeg("c")})
+	if got != want {
+		t.Errorf("JoinKey/JoinIndex built %q, renderPath %q", got, want)
+	}
+}

@@ -4,49 +4,62 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
-
 	"github.com/retrace-dev/retrace/examples/orders"
-	"github.com/retrace-dev/retrace/examples/pricing"
 )
 
-func TestOrdersOnEmbedded(t *testing.T) {
-	m, err := StartMySQL("127.0.0.1:0", "orders")
+// TestDownstreamsAndTraffic runs the orders example in-process on the
+// embedded downstreams (go-mysql-server must speak go-sql-driver's prepared
+// statements, miniredis go-redis pipelines), sends demo traffic, and checks
+// that Stop and Restart keep the data.
+func TestDownstreamsAndTraffic(t *testing.T) {
+	ctx := context.Background()
+	d, err := StartDownstreams(ctx, DownstreamAddrs{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
-	r := miniredis.NewMiniRedis()
-	if err := r.StartAddr("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	p := httptest.NewServer(pricing.NewHandler())
-	defer p.Close()
-	srv, err := orders.NewServer(orders.Config{MySQLDSN: m.DSN(), RedisAddr: r.Addr(), PricingURL: p.URL})
+	defer d.Close()
+	srv, err := orders.NewServer(d.OrdersConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	if err := srv.Setup(context.Background()); err != nil {
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+
+	st, err := Traffic{BaseURL: hs.URL, Requests: 200, Clients: 8, Seed: 1}.Run(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ m, p, b string }{
-		{"POST", "/orders", `{"user_id":7,"items":[{"sku":"KB-101","qty":1},{"sku":"CB-010","qty":2}],"coupon":"WELCOME10"}`},
-		{"GET", "/orders/ORD-00000001", ""},
-		{"GET", "/users/7/orders", ""},
-		{"GET", "/stock/CB-010", ""},
-		{"POST", "/orders", `{"user_id":999,"items":[{"sku":"KB-101","qty":1}]}`},
-	} {
-		rec := httptest.NewRecorder()
-		srv.ServeHTTP(rec, httptest.NewRequest(c.m, c.p, strings.NewReader(c.b)))
-		t.Logf("%s %s -> %d %s", c.m, c.p, rec.Code, rec.Body)
-		if rec.Code >= 500 {
-			t.Errorf("%s %s: %d", c.m, c.p, rec.Code)
+	if st.Requests != 200 || st.Errors != 0 || st.ByStatus[http.StatusCreated] < 50 || len(st.ByAPI) != 4 {
+		t.Fatalf("stats %+v", st)
+	}
+	for code, n := range st.ByStatus {
+		if code >= 500 {
+			t.Errorf("%d answers with status %d", n, code)
 		}
 	}
-	_ = http.StatusOK
+	t.Logf("%+v", st)
+
+	mysqlAddr, redisAddr, priceURL := d.MySQL.Addr(), d.Redis.Addr(), d.PricingURL()
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, httptest.NewRequest("GET", "/stock/KB-101", nil))
+	if rec.Code != http.StatusBadGateway {
+		t.Fatalf("with downstreams stopped: %d %s", rec.Code, rec.Body)
+	}
+	if err := d.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if d.MySQL.Addr() != mysqlAddr || d.Redis.Addr() != redisAddr || d.PricingURL() != priceURL {
+		t.Fatal("addresses changed on restart")
+	}
+	rec = httptest.NewRecorder()
+	srv.ServeHTTP(rec, httptest.NewRequest("GET", "/orders/ORD-00000001", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("after restart: %d %s", rec.Code, rec.Body)
+	}
 }

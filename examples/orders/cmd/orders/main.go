@@ -11,15 +11,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/retrace-dev/retrace/examples/orders"
 )
@@ -58,26 +54,7 @@ func run(args []string) error {
 			return err
 		}
 	}
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return err
-	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	// Tests and the demo read the address from this line (with -listen :0).
-	fmt.Fprintf(os.Stderr, "orders: listening on %s\n", ln.Addr())
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return srv.ListenAndServe(ctx, *listen, os.Stderr)
 }
 
 func envOr(k, def string) string {

@@ -1,0 +1,154 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/retrace-dev/retrace/examples/orders"
+	"github.com/retrace-dev/retrace/examples/pricing"
+)
+
+// DownstreamAddrs are the addresses the embedded downstreams listen on;
+// empty fields pick free loopback ports.
+type DownstreamAddrs struct {
+	MySQL, Redis, Pricing string
+}
+
+// Downstreams are the orders example's three downstreams, embedded in this
+// process: MySQL (go-mysql-server), Redis (miniredis) and the pricing
+// service. Stop and Restart keep the data and the addresses, so the demo can
+// take them away during a replay and bring them back for the load test.
+type Downstreams struct {
+	MySQL   *MySQL
+	Redis   *miniredis.Miniredis
+	pricing *httpService
+}
+
+// StartDownstreams starts the downstreams and loads the orders schema and
+// seed data.
+func StartDownstreams(ctx context.Context, a DownstreamAddrs) (_ *Downstreams, err error) {
+	d := &Downstreams{}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	if a.MySQL == "" {
+		a.MySQL = "127.0.0.1:0"
+	}
+	if a.Redis == "" {
+		a.Redis = "127.0.0.1:0"
+	}
+	if a.Pricing == "" {
+		a.Pricing = "127.0.0.1:0"
+	}
+	if d.MySQL, err = StartMySQL(a.MySQL, "orders"); err != nil {
+		return nil, err
+	}
+	d.Redis = miniredis.NewMiniRedis()
+	if err = d.Redis.StartAddr(a.Redis); err != nil {
+		d.Redis = nil
+		return nil, fmt.Errorf("demo: embedded Redis on %s: %w", a.Redis, err)
+	}
+	if d.pricing, err = startHTTP(a.Pricing, pricing.NewHandler()); err != nil {
+		return nil, fmt.Errorf("demo: pricing service: %w", err)
+	}
+	srv, err := orders.NewServer(d.OrdersConfig())
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Close()
+	if err = srv.Setup(ctx); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// OrdersConfig is the configuration of an orders service using d.
+func (d *Downstreams) OrdersConfig() orders.Config {
+	return orders.Config{MySQLDSN: d.MySQL.DSN(), RedisAddr: d.Redis.Addr(), PricingURL: d.PricingURL()}
+}
+
+// PricingURL is the base URL of the pricing service.
+func (d *Downstreams) PricingURL() string { return "http://" + d.pricing.addr }
+
+// Env is OrdersConfig as the ORDERS_* environment of a child process.
+func (d *Downstreams) Env() []string {
+	c := d.OrdersConfig()
+	return []string{orders.EnvMySQLDSN + "=" + c.MySQLDSN, orders.EnvRedisAddr + "=" + c.RedisAddr, orders.EnvPricingURL + "=" + c.PricingURL}
+}
+
+// Stop stops all three, keeping data and addresses.
+func (d *Downstreams) Stop() error {
+	var errs []error
+	if d.MySQL != nil {
+		errs = append(errs, d.MySQL.Stop())
+	}
+	if d.Redis != nil {
+		d.Redis.Close()
+	}
+	if d.pricing != nil {
+		errs = append(errs, d.pricing.stop())
+	}
+	return errors.Join(errs...)
+}
+
+// Restart serves the data again on the same addresses.
+func (d *Downstreams) Restart() error {
+	if err := d.MySQL.Restart(); err != nil {
+		return err
+	}
+	if err := d.Redis.Restart(); err != nil {
+		return fmt.Errorf("demo: embedded Redis on %s: %w", d.Redis.Addr(), err)
+	}
+	return d.pricing.restart()
+}
+
+// Close stops everything for good.
+func (d *Downstreams) Close() error { return d.Stop() }
+
+// httpService is an http.Server that can be stopped and restarted on the
+// same address.
+type httpService struct {
+	addr string
+	h    http.Handler
+	srv  *http.Server
+	done chan error
+}
+
+func startHTTP(addr string, h http.Handler) (*httpService, error) {
+	s := &httpService{addr: addr, h: h}
+	return s, s.restart()
+}
+
+func (s *httpService) restart() error {
+	if s.srv != nil {
+		return fmt.Errorf("demo: %s is running", s.addr)
+	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return err
+	}
+	s.addr = ln.Addr().String()
+	s.srv = &http.Server{Handler: s.h, ReadHeaderTimeout: 10 * time.Second}
+	s.done = make(chan error, 1)
+	srv := s.srv
+	go func() { s.done <- srv.Serve(ln) }()
+	return nil
+}
+
+func (s *httpService) stop() error {
+	if s.srv == nil {
+		return nil
+	}
+	err := s.srv.Close()
+	<-s.done
+	s.srv = nil
+	return err
+}

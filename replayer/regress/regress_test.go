@@ -60,6 +60,8 @@ func (c *collected) byStatus(st regress.Status) []string {
 	return ids
 }
 
+func sorted(s []string) []string { sort.Strings(s); return s }
+
 func (c *collected) findings(id string) []string {
 	for _, r := range c.results {
 		if r.Session == id {

@@ -176,7 +176,7 @@ func runPool[T any](ctx context.Context, r *runner, pick func(*recording.Session
 				return nil
 			}
 			if r.cfg.Select.Limit > 0 && selected >= r.cfg.Select.Limit {
-				return errLimit
+				return recording.ErrStop
 			}
 			k := pick(s)
 			if k == 0 {
@@ -192,7 +192,7 @@ func runPool[T any](ctx context.Context, r *runner, pick func(*recording.Session
 			}
 			return nil
 		})
-		if errors.Is(scanErr, errLimit) {
+		if errors.Is(scanErr, recording.ErrStop) { // sources other than stores
 			scanErr = nil
 		}
 	}()
@@ -217,8 +217,6 @@ func runPool[T any](ctx context.Context, r *runner, pick func(*recording.Session
 	}
 	return ctx.Err()
 }
-
-var errLimit = errors.New("limit reached")
 
 // Run replays the selected sessions and calls emit with the result of
 // every replay, on the calling goroutine, in order of completion. Errors of
@@ -245,12 +243,12 @@ func Count(ctx context.Context, cfg Config) (int, error) {
 			return nil
 		}
 		if c.Select.Limit > 0 && n >= c.Select.Limit {
-			return errLimit
+			return recording.ErrStop
 		}
 		n++
 		return nil
 	})
-	if errors.Is(err, errLimit) {
+	if errors.Is(err, recording.ErrStop) {
 		err = nil
 	}
 	return n * c.Repeat, err

@@ -67,23 +67,22 @@ func FuzzBuildRequest(f *testing.F) {
 	})
 }
 
-func TestFilesSource(t *testing.T) {
+func TestOpenSource(t *testing.T) {
 	dir := t.TempDir()
 	s := &recording.Session{ID: "a", Inbound: recording.Inbound{Proto: "http", Request: []byte("GET / HTTP/1.1\r\n\r\n")}}
 	line, _ := recording.Marshal(s)
-	os.WriteFile(filepath.Join(dir, "1.jsonl"), append(append(line, "\n{broken\n\n"...), line...), 0o644)
+	os.WriteFile(filepath.Join(dir, "sessions-1.jsonl"), append(append(line, "\n{broken\n\n"...), line...), 0o644)
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
 	zw.Write(line)
 	zw.Close()
-	os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
-	os.WriteFile(filepath.Join(dir, "sub", "2.jsonl.gz"), gz.Bytes(), 0o644)
-	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("ignored"), 0o644)
+	os.WriteFile(filepath.Join(dir, "sessions-2.jsonl.gz"), gz.Bytes(), 0o644)
 	var bad []error
-	src, err := OpenFiles("file://"+dir, func(err error) { bad = append(bad, err) })
+	src, err := OpenSource(context.Background(), "file://"+dir, func(err error) { bad = append(bad, err) })
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer src.Close()
 	n := 0
 	if err := src.Scan(context.Background(), func(*recording.Session) error { n++; return nil }); err != nil {
 		t.Fatal(err)
@@ -91,14 +90,16 @@ func TestFilesSource(t *testing.T) {
 	if n != 3 {
 		t.Errorf("read %d sessions, want 3", n)
 	}
-	if len(bad) != 1 || !strings.Contains(bad[0].Error(), "1.jsonl:2:") {
-		t.Errorf("bad lines %v, want one at 1.jsonl:2", bad)
+	if len(bad) != 1 || !strings.Contains(bad[0].Error(), "sessions-1.jsonl:2") {
+		t.Errorf("bad lines %v, want one at sessions-1.jsonl:2", bad)
 	}
 	stop := errors.New("stop")
 	if err := src.Scan(context.Background(), func(*recording.Session) error { return stop }); !errors.Is(err, stop) {
 		t.Errorf("Scan did not return the callback's error: %v", err)
 	}
-	if _, err := OpenFiles(filepath.Join(dir, "missing"), nil); err == nil || !strings.Contains(err.Error(), "missing") {
-		t.Errorf("missing source: %v", err)
+	for _, bad := range []string{filepath.Join(dir, "missing"), filepath.Join(dir, "sessions-1.jsonl")} {
+		if _, err := OpenSource(context.Background(), bad, nil); err == nil || !strings.Contains(err.Error(), bad) {
+			t.Errorf("OpenSource(%s): %v", bad, err)
+		}
 	}
 }

@@ -1,15 +1,9 @@
 package regress
 
 import (
-	"bufio"
-	"compress/gzip"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/retrace-dev/retrace/recording"
@@ -17,7 +11,8 @@ import (
 
 // Source streams recorded sessions. Scan calls fn for every session in a
 // stable order and stops at the first error fn returns; it may be called
-// more than once (noise detection reads the sessions before the run).
+// more than once (noise detection reads the sessions before the run). Every
+// recording.Store is a Source.
 type Source interface {
 	Scan(ctx context.Context, fn func(*recording.Session) error) error
 }
@@ -49,95 +44,37 @@ func (s Sessions) Scan(ctx context.Context, fn func(*recording.Session) error) e
 var (
 	_ Source = Sessions(nil)
 	_ Source = SourceFunc(nil)
-	_ Source = (*Files)(nil)
+	_ Source = recording.Store(nil)
 )
 
-// Files is a Source reading schema-v1 JSONL: one file, or every *.jsonl
-// and *.jsonl.gz file of a directory (recursively, in name order). A line
-// that does not decode is passed to BadLine (with its file and line number)
-// and skipped.
-type Files struct {
-	Path    string
-	BadLine func(error) // nil: bad lines are skipped silently
-}
-
-// OpenFiles checks that path (a file, a directory or a file:// URL) exists
-// and returns a Source over its recordings.
-func OpenFiles(path string, badLine func(error)) (*Files, error) {
-	path = strings.TrimPrefix(path, "file://")
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("recordings %q: %w", path, err)
+// OpenSource opens the recording store named by url (a directory, file://,
+// redis:// or an object-storage URL; see recording.Open). A local directory
+// must exist. Lines that do not decode are passed to badLine (with their
+// file and line number) and skipped. The caller closes the store.
+func OpenSource(ctx context.Context, url string, badLine func(error)) (recording.Store, error) {
+	if dir, local := localDir(url); local {
+		st, err := os.Stat(dir)
+		if err != nil {
+			return nil, fmt.Errorf("recordings %q: %w", url, err)
+		}
+		if !st.IsDir() {
+			return nil, fmt.Errorf("recordings %q: not a directory (want a directory of session JSONL files or a store URL)", url)
+		}
 	}
-	return &Files{Path: path, BadLine: badLine}, nil
-}
-
-// Scan reads every file in order.
-func (f *Files) Scan(ctx context.Context, fn func(*recording.Session) error) error {
-	st, err := os.Stat(f.Path)
+	var opts []recording.Option
+	if badLine != nil {
+		opts = append(opts, recording.WithErrorHandler(badLine))
+	}
+	s, err := recording.Open(ctx, url, opts...)
 	if err != nil {
-		return fmt.Errorf("recordings %q: %w", f.Path, err)
+		return nil, fmt.Errorf("recordings %q: %w", url, err)
 	}
-	files := []string{f.Path}
-	if st.IsDir() {
-		files = files[:0]
-		err := filepath.WalkDir(f.Path, func(p string, d os.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if !d.IsDir() && (strings.HasSuffix(p, ".jsonl") || strings.HasSuffix(p, ".jsonl.gz")) {
-				files = append(files, p)
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("recordings %q: %w", f.Path, err)
-		}
-		sort.Strings(files)
-	}
-	for _, name := range files {
-		if err := f.scanFile(ctx, name, fn); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s, nil
 }
 
-func (f *Files) scanFile(ctx context.Context, name string, fn func(*recording.Session) error) error {
-	fh, err := os.Open(name)
-	if err != nil {
-		return fmt.Errorf("recordings: %w", err)
+func localDir(url string) (string, bool) {
+	if rest, ok := strings.CutPrefix(url, "file://"); ok {
+		return rest, true
 	}
-	defer fh.Close()
-	var r io.Reader = fh
-	if strings.HasSuffix(name, ".gz") {
-		zr, err := gzip.NewReader(fh)
-		if err != nil {
-			return fmt.Errorf("recordings %s: %w", name, err)
-		}
-		defer zr.Close()
-		r = zr
-	}
-	br := bufio.NewReaderSize(r, 256<<10)
-	for line := 1; ; line++ {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		b, err := br.ReadBytes('\n')
-		if len(strings.TrimSpace(string(b))) > 0 {
-			s, perr := recording.Unmarshal(b)
-			if perr != nil {
-				if f.BadLine != nil {
-					f.BadLine(fmt.Errorf("%s:%d: %w", name, line, perr))
-				}
-			} else if ferr := fn(s); ferr != nil {
-				return ferr
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("recordings %s:%d: %w", name, line, err)
-		}
-	}
+	return url, !strings.Contains(url, "://")
 }

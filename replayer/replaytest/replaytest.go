@@ -6,12 +6,11 @@
 package replaytest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -56,24 +55,20 @@ func Session(id string, at time.Time, request, response []byte, calls ...recordi
 		Calls:   calls}
 }
 
-// WriteJSONL writes sessions as a schema-v1 JSONL file in dir and returns
-// its path.
-func WriteJSONL(t testing.TB, dir string, sessions ...*recording.Session) string {
+// WriteStore writes sessions into a directory store (recording.Open) at
+// dir, the form --recordings reads.
+func WriteStore(t testing.TB, dir string, sessions ...*recording.Session) {
 	t.Helper()
-	var b strings.Builder
-	for _, s := range sessions {
-		line, err := recording.Marshal(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(line)
-		b.WriteByte('\n')
-	}
-	p := filepath.Join(dir, "sessions.jsonl")
-	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+	st, err := recording.Open(context.Background(), dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	if err := st.Write(context.Background(), sessions); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Mock answers downstream calls of traced requests from recordings, in

@@ -113,20 +113,19 @@ func (e *HTTPExecutor) newRequest(ctx context.Context, r *Request) (*http.Reques
 		Proto:      "HTTP/1.1",
 		ProtoMajor: 1,
 		ProtoMinor: 1,
-		Header:     make(http.Header, len(r.Header)),
+		Header:     r.Header,
 		Host:       u.Host,
 	}
-	for k, v := range r.Header {
-		switch http.CanonicalHeaderKey(k) {
-		case "Host":
-			if len(v) > 0 && v[0] != "" {
-				req.Host = v[0]
-			}
-			continue
-		case "Content-Length", "Connection", "Transfer-Encoding", "Keep-Alive", "Te", "Upgrade", "Proxy-Connection":
-			continue // hop-by-hop or recomputed
+	// The request's header map is used as is unless it holds headers the
+	// connection decides (most requests: no copy).
+	for k := range r.Header {
+		if _, special := connHeaders[http.CanonicalHeaderKey(k)]; special {
+			req.Header = filterHeader(r.Header, &req.Host)
+			break
 		}
-		req.Header[k] = v
+	}
+	if req.Header == nil {
+		req.Header = http.Header{}
 	}
 	if len(r.Body) > 0 {
 		req.Body = io.NopCloser(bytes.NewReader(r.Body))
@@ -135,6 +134,25 @@ func (e *HTTPExecutor) newRequest(ctx context.Context, r *Request) (*http.Reques
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
 	return req.WithContext(ctx), nil
+}
+
+// connHeaders are not sent as recorded: Host sets the request's host, the
+// others belong to the connection or are recomputed.
+var connHeaders = map[string]struct{}{"Host": {}, "Content-Length": {}, "Connection": {}, "Transfer-Encoding": {},
+	"Keep-Alive": {}, "Te": {}, "Upgrade": {}, "Proxy-Connection": {}}
+
+func filterHeader(h http.Header, host *string) http.Header {
+	out := make(http.Header, len(h))
+	for k, v := range h {
+		ck := http.CanonicalHeaderKey(k)
+		if ck == "Host" && len(v) > 0 && v[0] != "" {
+			*host = v[0]
+		}
+		if _, special := connHeaders[ck]; !special {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // Close implements Executor.

@@ -108,6 +108,10 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
+	return r.fromWire(&w)
+}
+
+func (r *Request) fromWire(w *wireRequest) error {
 	if w.V != 0 && w.V != FormatVersion {
 		return fmt.Errorf("unsupported timed-request format version %d (want %d)", w.V, FormatVersion)
 	}
@@ -186,24 +190,55 @@ func DefaultAPI(r *Request) string {
 	if r.EffectiveKind() == KindSQL {
 		return sqlAPI(r.Query)
 	}
-	p := r.URL
-	if u, err := url.Parse(r.URL); err == nil {
-		p = u.Path
-	}
-	if p == "" {
-		p = "/"
-	}
-	return r.HTTPMethod() + " " + normalizePath(p)
+	return r.HTTPMethod() + " " + normalizePath(requestPath(r.URL))
 }
 
-func normalizePath(p string) string {
-	segs := strings.Split(p, "/")
-	for i, s := range segs {
-		if looksLikeID(s) {
-			segs[i] = "{id}"
+// requestPath is the (escaped) path of an absolute URL or request URI,
+// without parsing the whole URL: this runs for every request sent.
+func requestPath(u string) string {
+	if i := strings.Index(u, "://"); i >= 0 {
+		u = u[i+3:]
+		if j := strings.IndexByte(u, '/'); j >= 0 {
+			u = u[j:]
+		} else {
+			u = ""
 		}
 	}
-	return strings.Join(segs, "/")
+	if i := strings.IndexAny(u, "?#"); i >= 0 {
+		u = u[:i]
+	}
+	if u == "" {
+		return "/"
+	}
+	return u
+}
+
+// normalizePath replaces identifier-like segments by "{id}"; it allocates
+// only when it changes something.
+func normalizePath(p string) string {
+	var b []byte
+	start := 0
+	for i := 0; i <= len(p); i++ {
+		if i < len(p) && p[i] != '/' {
+			continue
+		}
+		if seg := p[start:i]; looksLikeID(seg) {
+			if b == nil {
+				b = append(make([]byte, 0, len(p)+4), p[:start]...)
+			}
+			b = append(b, "{id}"...)
+		} else if b != nil {
+			b = append(b, seg...)
+		}
+		if i < len(p) && b != nil {
+			b = append(b, '/')
+		}
+		start = i + 1
+	}
+	if b == nil {
+		return p
+	}
+	return string(b)
 }
 
 func looksLikeID(s string) bool {
@@ -304,8 +339,13 @@ func (d *Reader) Next(r *Request) error {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		*r = Request{}
-		if err := json.Unmarshal(line, r); err != nil {
+		// Decoding the wire form directly (not through UnmarshalJSON) scans
+		// the line once instead of twice.
+		var w wireRequest
+		if err := json.Unmarshal(line, &w); err != nil {
+			return &LineError{d.name, d.line, err}
+		}
+		if err := r.fromWire(&w); err != nil {
 			return &LineError{d.name, d.line, err}
 		}
 		return nil

@@ -81,7 +81,7 @@ func (a *httpAdapter) next(buf []byte) (request, int, []byte, error) {
 		}
 		return request{}, 0, nil, nil
 	}
-	r := httpRequest(buf[:n], h, a.max)
+	r := httpRequest(buf[:n], h, min(a.max, 4<<20)) // bounded gunzip for matching
 	r.quit = h.Close
 	a.answered, a.continued = a.continued, false
 	return r, n, nil, nil

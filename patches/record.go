@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/recording/capture"
 )
 
 // RecorderFactory builds the recorder of record mode from the environment
@@ -14,13 +15,13 @@ import (
 // then stays off.
 type RecorderFactory func(getenv func(string) string, logger *slog.Logger) (rec hook.Recorder, stop func(ctx context.Context) error, err error)
 
-// recorderFactory is the record-mode integration point. This file belongs
-// to the recording package's owners: they set it with a package-level
-// variable initializer (which runs before any init function, whatever the
-// file order), e.g.
+// recorderFactory is the record-mode integration point: sessions are
+// assembled by recording/capture and written through a recording.Pipeline
+// to the store RETRACE_RECORD names. Object-storage URLs (s3://, gs://,
+// azblob://) need the drivers of recording/cloud linked in: a service that
+// records to a bucket adds
 //
-//	var recorderFactory RecorderFactory = capture.FromEnv
+//	import _ "github.com/retrace-dev/retrace/recording/cloud"
 //
-// While it is nil, RETRACE_MODE=record reports that record mode is not
-// available and leaves the agent off.
-var recorderFactory RecorderFactory
+// (left out here so that every service does not link three cloud SDKs).
+var recorderFactory RecorderFactory = capture.FromEnv

@@ -1,0 +1,175 @@
+package capture
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+)
+
+// respFramer follows the bytes of one HTTP/1.x response as they are written
+// or read and tells when the final response is complete, without keeping
+// the body: heads are kept up to maxHead bytes, bodies only counted. Interim
+// 1xx responses (except 101) are skipped.
+type respFramer struct {
+	state     frameState
+	head      []byte
+	remaining int64 // body bytes left (stBody) or of the current chunk (stChunkData)
+	line      []byte
+	noBody    bool // the request was HEAD
+}
+
+type frameState uint8
+
+const (
+	stHead frameState = iota
+	stBody
+	stChunkSize
+	stChunkData
+	stChunkCRLF
+	stTrailer
+	stUntilClose
+	stDone
+	stBroken // not HTTP as far as we can tell: ends with the connection
+)
+
+const maxHead = 64 << 10
+
+// done reports whether a complete final response has been seen.
+func (f *respFramer) done() bool { return f.state == stDone }
+
+// feed consumes p and reports whether the response is complete. Bytes after
+// the end of the response are ignored.
+func (f *respFramer) feed(p []byte) bool {
+	for len(p) > 0 {
+		switch f.state {
+		case stDone, stUntilClose, stBroken:
+			return f.state == stDone
+		case stHead:
+			i := bytes.Index(p, []byte("\n"))
+			if i < 0 {
+				f.head = append(f.head, p...)
+				p = nil
+				if len(f.head) > maxHead {
+					f.state = stBroken
+				}
+				continue
+			}
+			f.head = append(f.head, p[:i+1]...)
+			p = p[i+1:]
+			if !bytes.HasSuffix(f.head, []byte("\n\r\n")) && !bytes.HasSuffix(f.head, []byte("\n\n")) {
+				if len(f.head) > maxHead {
+					f.state = stBroken
+				}
+				continue
+			}
+			f.endHead()
+		case stBody:
+			n := min(int64(len(p)), f.remaining)
+			f.remaining -= n
+			p = p[n:]
+			if f.remaining == 0 {
+				f.state = stDone
+			}
+		case stChunkSize, stTrailer, stChunkCRLF:
+			i := bytes.IndexByte(p, '\n')
+			if i < 0 {
+				f.line = append(f.line, p...)
+				p = nil
+				if len(f.line) > 4096 {
+					f.state = stBroken
+				}
+				continue
+			}
+			f.line = append(f.line, p[:i]...)
+			p = p[i+1:]
+			line := strings.TrimSpace(string(f.line))
+			f.line = f.line[:0]
+			switch f.state {
+			case stChunkCRLF:
+				f.state = stChunkSize
+			case stTrailer:
+				if line == "" {
+					f.state = stDone
+				}
+			case stChunkSize:
+				size, _, _ := strings.Cut(line, ";")
+				n, err := strconv.ParseInt(strings.TrimSpace(size), 16, 64)
+				switch {
+				case err != nil || n < 0:
+					f.state = stBroken
+				case n == 0:
+					f.state = stTrailer
+				default:
+					f.remaining, f.state = n, stChunkData
+				}
+			}
+		case stChunkData:
+			n := min(int64(len(p)), f.remaining)
+			f.remaining -= n
+			p = p[n:]
+			if f.remaining == 0 {
+				f.state = stChunkCRLF
+			}
+		}
+	}
+	return f.state == stDone
+}
+
+// endHead decides how the body of the response whose head is in f.head is
+// framed (RFC 9112 section 6.3).
+func (f *respFramer) endHead() {
+	head := f.head
+	f.head = f.head[:0]
+	if len(bytes.TrimSpace(head)) == 0 {
+		return // stray CRLF between messages
+	}
+	status, rest, _ := bytes.Cut(head, []byte("\n"))
+	fields := bytes.Fields(status)
+	if len(fields) < 2 || !bytes.HasPrefix(fields[0], []byte("HTTP/")) {
+		f.state = stBroken
+		return
+	}
+	code, err := strconv.Atoi(string(fields[1]))
+	if err != nil {
+		f.state = stBroken
+		return
+	}
+	switch {
+	case code == 101:
+		f.state = stDone // switched protocols: what follows is not HTTP
+		return
+	case code >= 100 && code < 200:
+		return // interim: the final response follows
+	case code == 204 || code == 304 || f.noBody:
+		f.state = stDone
+		return
+	}
+	cl, chunked := int64(-1), false
+	for len(rest) > 0 {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		v := strings.TrimSpace(string(value))
+		switch strings.ToLower(string(bytes.TrimSpace(name))) {
+		case "content-length":
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+				cl = n
+			}
+		case "transfer-encoding":
+			chunked = strings.HasSuffix(strings.ToLower(v), "chunked")
+		}
+	}
+	switch {
+	case chunked:
+		f.state = stChunkSize
+	case cl == 0:
+		f.state = stDone
+	case cl > 0:
+		f.state, f.remaining = stBody, cl
+	default:
+		f.state = stUntilClose
+	}
+}

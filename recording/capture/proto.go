@@ -1,0 +1,86 @@
+package capture
+
+import (
+	"bytes"
+	"strings"
+
+	"github.com/retrace-dev/retrace/mockserver/mysql"
+	"github.com/retrace-dev/retrace/mockserver/redis"
+)
+
+// Protocols of recorded calls (DESIGN.md 3.4).
+const (
+	protoHTTP  = "http"
+	protoRedis = "redis"
+	protoMySQL = "mysql"
+	protoRaw   = "raw"
+)
+
+// detectClient names the protocol of a connection whose client spoke
+// first, from its first bytes.
+func detectClient(p []byte) string {
+	switch {
+	case looksHTTPRequest(p):
+		return protoHTTP
+	case len(p) >= 2 && p[0] == '*' && p[1] >= '0' && p[1] <= '9':
+		return protoRedis
+	}
+	return protoRaw
+}
+
+func looksHTTPRequest(p []byte) bool {
+	sp := bytes.IndexByte(p, ' ')
+	if sp < 3 || sp > 16 {
+		return false
+	}
+	for _, c := range p[:sp] {
+		if c < 'A' || c > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// isMySQLGreeting reports whether p, the first bytes a server sent, start
+// a MySQL protocol-10 handshake packet.
+func isMySQLGreeting(p []byte) bool {
+	if len(p) < 5 {
+		return false
+	}
+	n := int(p[0]) | int(p[1])<<8 | int(p[2])<<16
+	return p[3] == 0 && p[4] == 10 && n > 20 && n < 1024
+}
+
+// isSetupRedis reports whether every command of a write burst is
+// connection set-up (HELLO, AUTH, SELECT, CLIENT …), as the mock server
+// classifies them.
+func isSetupRedis(req []byte) bool {
+	n := 0
+	for len(req) > 0 {
+		args, m, err := redis.ParseCommand(req, len(req))
+		if err != nil || m == 0 || !redis.IsSetup(args) {
+			return false
+		}
+		req, n = req[m:], n+1
+	}
+	return n > 0
+}
+
+// isSetupMySQL reports whether a command-phase request is session set-up
+// (SET …, SELECT @@…).
+func isSetupMySQL(req []byte) bool {
+	p, _, n, err := mysql.NextMessage(req, len(req))
+	if err != nil || n == 0 || n != len(req) || len(p) < 2 || p[0] != mysql.ComQuery {
+		return false
+	}
+	return mysql.IsSetupQuery(string(p[1:]))
+}
+
+// requestMethod returns the method of the HTTP request at the start of p.
+func requestMethod(p []byte) string {
+	sp := bytes.IndexByte(p, ' ')
+	if sp <= 0 {
+		return ""
+	}
+	return strings.ToUpper(string(p[:sp]))
+}

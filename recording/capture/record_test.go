@@ -1,0 +1,151 @@
+package capture_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/retrace-dev/retrace/recording"
+)
+
+func all(tb testing.TB) recording.Sampler {
+	s, err := recording.NewSampler(1)
+	require.NoError(tb, err)
+	return s
+}
+
+// TestRecordFanOut drives 64 concurrent clients through the fan-out service
+// and checks that every recorded session has exactly its own calls: every
+// downstream payload carries its request's id, so a call holding another
+// request's id, or a session missing one of its calls, shows at once.
+func TestRecordFanOut(t *testing.T) {
+	w := startWorld(t, all(t))
+	const clients, rounds = 64, 3
+	c := newClient(clients)
+	defer c.CloseIdleConnections()
+	ids := make(map[string]bool)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, clients*rounds)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				id := newReqID()
+				mu.Lock()
+				ids[id] = true
+				mu.Unlock()
+				if err := get(c, w.addr, id); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	settle(t, w.rec)
+
+	sessions := map[string]*recording.Session{}
+	require.NoError(t, w.store.Scan(context.Background(), func(s *recording.Session) error {
+		if s.Inbound.Local != w.addr {
+			return nil // the in-process HTTP downstream is recorded too
+		}
+		id := idPattern.FindString(string(s.Inbound.Request))
+		require.NotEmpty(t, id, "session %s: no request id in %q", s.ID, s.Inbound.Request)
+		require.Nil(t, sessions[id], "request %s recorded twice", id)
+		sessions[id] = s
+		return nil
+	}))
+	require.Len(t, sessions, len(ids), "one session per request")
+
+	setups := map[string]int{} // per connection: sessions holding its set-up calls
+	for id, s := range sessions {
+		require.True(t, ids[id])
+		checkSession(t, id, s)
+		seen := map[string]bool{}
+		for _, call := range s.Calls {
+			if call.Setup {
+				k := fmt.Sprintf("%s#%d", call.Dst, call.Conn)
+				if !seen[k] {
+					seen[k] = true
+					setups[k]++
+				}
+			}
+		}
+	}
+	for k, n := range setups {
+		assert.Equal(t, 1, n, "set-up calls of connection %s are kept with one session", k)
+	}
+	st := w.rec.Stats()
+	assert.Zero(t, st.Dropped)
+	assert.Zero(t, st.Overflow)
+	assert.Zero(t, st.Incomplete)
+}
+
+// checkSession asserts that s, the session of request id, holds the
+// service's calls for id and nothing of another request.
+func checkSession(t *testing.T, id string, s *recording.Session) {
+	t.Helper()
+	assert.Contains(t, string(s.Inbound.Response), `"Redis":"`+id+`"`)
+	assert.Equal(t, "fanout", s.App)
+	var got []string
+	for i, c := range s.Calls {
+		assert.Equal(t, i, c.Seq)
+		if i > 0 {
+			assert.LessOrEqual(t, s.Calls[i-1].StartNs, c.StartNs, "calls in start order")
+		}
+		for _, other := range idPattern.FindAllString(string(c.Request)+string(c.Response), -1) {
+			require.Equal(t, id, other, "session %s (request %s) holds a call of request %s: %q", s.ID, id, other, c.Request)
+		}
+		mine := bytes.Contains(c.Request, []byte(id))
+		switch {
+		case c.Setup:
+			got = append(got, c.Proto+" setup")
+		case c.Proto == "redis" && mine && bytes.Contains(c.Request, []byte("set")) && bytes.Contains(c.Response, []byte(id)):
+			got = append(got, "redis pipeline")
+		case c.Proto == "redis" && mine && bytes.Contains(c.Request, []byte("strlen")):
+			got = append(got, "redis strlen")
+		case c.Proto == "mysql" && mine && bytes.Contains(c.Request, []byte("INSERT")):
+			got = append(got, "mysql insert")
+		case c.Proto == "mysql" && mine && bytes.Contains(c.Request, []byte("SELECT")):
+			got = append(got, "mysql select")
+		case c.Proto == "mysql" && mine && bytes.Contains(c.Response, []byte("v-"+id)):
+			got = append(got, "mysql row")
+		case c.Proto == "mysql" && mine:
+			got = append(got, "mysql execute")
+		case c.Proto == "mysql" && isStmtClose(c.Request):
+			got = append(got, "mysql close")
+		case c.Proto == "http" && mine && bytes.Contains(c.Response, []byte("echo-"+id)):
+			got = append(got, "http echo")
+		default:
+			t.Errorf("session of %s: unexpected call %d %s %q → %q", id, i, c.Proto, c.Request, c.Response)
+		}
+	}
+	for _, want := range []string{"redis pipeline", "redis strlen", "mysql insert", "mysql select", "mysql row", "http echo"} {
+		assert.Contains(t, got, want, "session of %s: calls %s", id, strings.Join(got, ", "))
+	}
+}
+
+// isStmtClose reports a MySQL request made only of COM_STMT_CLOSE packets,
+// which carry a statement id and nothing of the request.
+func isStmtClose(req []byte) bool {
+	n := 0
+	for len(req) >= 5 {
+		l := int(req[0]) | int(req[1])<<8 | int(req[2])<<16
+		if req[4] != 0x19 || len(req) < 4+l {
+			return false
+		}
+		req, n = req[4+l:], n+1
+	}
+	return n > 0 && len(req) == 0
+}

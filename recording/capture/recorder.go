@@ -1,0 +1,322 @@
+package capture
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/trace"
+)
+
+// DefaultMaxActive bounds the sessions in progress when Config.MaxActive is
+// zero.
+const DefaultMaxActive = 10000
+
+// Config configures a Recorder.
+type Config struct {
+	// Pipeline receives finished sessions and decides sampling; the
+	// Recorder closes it in Close. Required.
+	Pipeline *recording.Pipeline
+	// App is stored in every session. Empty stores none.
+	App string
+	// MaxActive bounds the sessions in progress (requests whose response
+	// is not complete yet); a request sampled beyond it is not recorded and
+	// counted in Stats.Overflow. Zero means DefaultMaxActive.
+	MaxActive int
+	// Logger receives a line at Close with the counters. Nil logs nothing.
+	Logger *slog.Logger
+}
+
+// Stats are the Recorder's counters, with its pipeline's.
+type Stats struct {
+	recording.Stats
+	Active     int64 `json:"active"`     // sessions in progress
+	Overflow   int64 `json:"overflow"`   // sampled requests not recorded: MaxActive sessions in progress
+	Incomplete int64 `json:"incomplete"` // sessions dropped: connection closed before any response byte
+}
+
+// Recorder implements hook.Recorder: it assembles sessions from the
+// traffic the agent reports and submits them to a recording.Pipeline.
+type Recorder struct {
+	pipe      *recording.Pipeline
+	app       string
+	max       int // payload cap, negative for none
+	maxActive int64
+	log       *slog.Logger
+	base      time.Time // monotonic origin of the *Ns fields
+
+	sessions *table[string, *active]  // by trace id
+	inConns  *table[uint64, *active]  // inbound connection → its current sampled request
+	outConns *table[uint64, *outConn] // dialled connections seen
+
+	activeN, overflow, incomplete atomic.Int64
+	closeOnce                     sync.Once
+	closeErr                      error
+}
+
+var _ hook.Recorder = (*Recorder)(nil)
+
+// New returns a Recorder that submits to cfg.Pipeline.
+func New(cfg Config) (*Recorder, error) {
+	if cfg.Pipeline == nil {
+		return nil, errors.New("capture: recorder needs a pipeline")
+	}
+	if cfg.MaxActive <= 0 {
+		cfg.MaxActive = DefaultMaxActive
+	}
+	return &Recorder{
+		pipe:      cfg.Pipeline,
+		app:       cfg.App,
+		max:       cfg.Pipeline.MaxPayload(),
+		maxActive: int64(cfg.MaxActive),
+		log:       cfg.Logger,
+		base:      time.Now(),
+		sessions:  newTable[string, *active](hashString),
+		inConns:   newTable[uint64, *active](hashU64),
+		outConns:  newTable[uint64, *outConn](hashU64),
+	}, nil
+}
+
+// now is monotonic nanoseconds since the Recorder was made.
+func (r *Recorder) now() int64 { return int64(time.Since(r.base)) }
+
+// Stats returns the counters.
+func (r *Recorder) Stats() Stats {
+	return Stats{Stats: r.pipe.Stats(), Active: r.activeN.Load(), Overflow: r.overflow.Load(),
+		Incomplete: r.incomplete.Load()}
+}
+
+// Flush writes every finished session to the store.
+func (r *Recorder) Flush(ctx context.Context) error { return r.pipe.Flush(ctx) }
+
+// Close drops the sessions still in progress (counted as Incomplete), then
+// closes the pipeline: queued sessions are written and the store closed,
+// bounded by ctx. Safe to call twice.
+func (r *Recorder) Close(ctx context.Context) error {
+	r.closeOnce.Do(func() {
+		for _, a := range r.sessions.all() {
+			if r.drop(a) {
+				r.incomplete.Add(1)
+			}
+		}
+		r.closeErr = r.pipe.Close(ctx)
+		if r.log != nil {
+			st := r.Stats()
+			r.log.Info("retrace: recorder closed", "seen", st.Seen, "sampled", st.Sampled,
+				"recorded", st.Recorded, "dropped", st.Dropped, "masked", st.Masked,
+				"truncated", st.Truncated, "write_errors", st.WriteErrors,
+				"overflow", st.Overflow, "incomplete", st.Incomplete)
+		}
+	})
+	return r.closeErr
+}
+
+// payload is bytes kept up to a cap.
+type payload struct {
+	b         []byte
+	n         int64 // bytes seen, kept or not
+	truncated bool
+}
+
+func (p *payload) add(b []byte, max int) {
+	p.n += int64(len(b))
+	if max >= 0 && len(p.b)+len(b) > max {
+		if room := max - len(p.b); room > 0 {
+			p.b = append(p.b, b[:room]...)
+		}
+		p.truncated = true
+		return
+	}
+	p.b = append(p.b, b...)
+}
+
+// view returns the bytes kept so far; later adds never change them.
+func (p *payload) view() []byte {
+	if p.b == nil {
+		return nil
+	}
+	return p.b[:len(p.b):len(p.b)]
+}
+
+// active is a session in progress.
+type active struct {
+	id            string
+	at            time.Time // wall clock at the request's start
+	start         int64     // Recorder.now at the request's start
+	conn          uint64
+	local, remote string
+
+	mu     sync.Mutex // guards what follows
+	req    payload
+	resp   payload
+	framer respFramer
+	calls  []*call
+	done   bool
+}
+
+// StartRequest samples the request and, when sampled, starts its session.
+func (r *Recorder) StartRequest(c hook.ConnInfo, head trace.RequestHead) string {
+	if !r.pipe.Sample() {
+		return ""
+	}
+	if r.activeN.Add(1) > r.maxActive {
+		r.activeN.Add(-1)
+		r.overflow.Add(1)
+		return ""
+	}
+	a := &active{at: time.Now(), conn: c.ID, local: c.Local, remote: c.Remote}
+	a.start = r.now()
+	a.framer.noBody = head.Method == "HEAD"
+	a.id = head.TraceParent
+	if a.id == "" || !r.sessions.putNew(a.id, a) {
+		// no traceparent, or a session of that trace is in progress
+		for {
+			a.id = trace.NewID()
+			if r.sessions.putNew(a.id, a) {
+				break
+			}
+		}
+	}
+	if prev, ok := r.inConns.swap(c.ID, a); ok {
+		// the previous request's response never completed by framing
+		// (pipelining, or a body the framing could not follow): it ends here.
+		r.finish(prev)
+	}
+	return a.id
+}
+
+// InboundRead adds request bytes to the session.
+func (r *Recorder) InboundRead(c hook.ConnInfo, tid string, p []byte) {
+	a, ok := r.sessions.get(tid)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	if !a.done {
+		a.req.add(p, r.max)
+	}
+	a.mu.Unlock()
+}
+
+// InboundWrite adds response bytes to the session and ends it when the
+// response is complete.
+func (r *Recorder) InboundWrite(c hook.ConnInfo, tid string, p []byte) {
+	a, ok := r.sessions.get(tid)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	complete := false
+	if !a.done {
+		a.resp.add(p, r.max)
+		complete = a.framer.feed(p)
+	}
+	a.mu.Unlock()
+	if complete {
+		r.finish(a)
+	}
+}
+
+// Closed ends the session of an inbound connection (a response delimited
+// by the close) or forgets a dialled connection.
+func (r *Recorder) Closed(c hook.ConnInfo) {
+	if !c.Inbound {
+		if oc, ok := r.outConns.take(c.ID); ok {
+			oc.mu.Lock()
+			oc.closed = true
+			oc.mu.Unlock()
+		}
+		return
+	}
+	a, ok := r.inConns.take(c.ID)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	responded := a.resp.n > 0
+	a.mu.Unlock()
+	if responded {
+		r.finish(a)
+	} else if r.drop(a) {
+		r.incomplete.Add(1)
+	}
+}
+
+// drop ends a session without recording it; false if it had ended.
+func (r *Recorder) drop(a *active) bool {
+	a.mu.Lock()
+	was := a.done
+	a.done = true
+	a.calls = nil
+	a.mu.Unlock()
+	if was {
+		return false
+	}
+	r.forgetActive(a)
+	return true
+}
+
+func (r *Recorder) forgetActive(a *active) {
+	r.sessions.takeIf(a.id, func(v *active) bool { return v != a })
+	r.inConns.takeIf(a.conn, func(v *active) bool { return v != a })
+	r.activeN.Add(-1)
+}
+
+// finish ends a session and submits it.
+func (r *Recorder) finish(a *active) {
+	end := r.now()
+	a.mu.Lock()
+	if a.done {
+		a.mu.Unlock()
+		return
+	}
+	a.done = true
+	calls := a.calls
+	a.calls = nil
+	s := &recording.Session{
+		V: recording.SchemaVersion, ID: a.id, App: r.app, At: a.at,
+		Inbound: recording.Inbound{Proto: protoHTTP, Local: a.local, Remote: a.remote,
+			Request: a.req.view(), Response: a.resp.view(), DurNs: end - a.start,
+			RequestTruncated: a.req.truncated, ResponseTruncated: a.resp.truncated},
+	}
+	a.mu.Unlock()
+	r.forgetActive(a)
+	s.Calls = make([]recording.Call, 0, len(calls))
+	for _, c := range calls {
+		s.Calls = append(s.Calls, c.snapshot(a.start))
+	}
+	slices.SortStableFunc(s.Calls, func(x, y recording.Call) int {
+		switch {
+		case x.StartNs < y.StartNs:
+			return -1
+		case x.StartNs > y.StartNs:
+			return 1
+		}
+		return 0
+	})
+	for i := range s.Calls {
+		s.Calls[i].Seq = i
+	}
+	r.pipe.Submit(s)
+}
+
+// attach adds c to the session of tid, if that session is in progress.
+func (r *Recorder) attach(tid string, cs ...*call) bool {
+	a, ok := r.sessions.get(tid)
+	if !ok {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.done {
+		return false
+	}
+	a.calls = append(a.calls, cs...)
+	return true
+}

@@ -1,0 +1,124 @@
+package capture
+
+import "sync"
+
+// table is a map sharded by a hash of its key, so that connections and
+// requests on many goroutines rarely contend for one lock.
+type table[K comparable, V any] struct {
+	hash   func(K) uint64
+	shards [64]tableShard[K, V]
+}
+
+type tableShard[K comparable, V any] struct {
+	mu sync.RWMutex
+	m  map[K]V
+	_  [40]byte // keep shards on separate cache lines
+}
+
+func newTable[K comparable, V any](hash func(K) uint64) *table[K, V] {
+	t := &table[K, V]{hash: hash}
+	for i := range t.shards {
+		t.shards[i].m = map[K]V{}
+	}
+	return t
+}
+
+func (t *table[K, V]) shard(k K) *tableShard[K, V] {
+	return &t.shards[(t.hash(k)*0x9E3779B97F4A7C15)>>58]
+}
+
+func (t *table[K, V]) get(k K) (V, bool) {
+	s := t.shard(k)
+	s.mu.RLock()
+	v, ok := s.m[k]
+	s.mu.RUnlock()
+	return v, ok
+}
+
+// getOrPut returns the value of k, storing mk() first when there is none.
+func (t *table[K, V]) getOrPut(k K, mk func() V) V {
+	if v, ok := t.get(k); ok {
+		return v
+	}
+	s := t.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok := s.m[k]; ok {
+		return v
+	}
+	v := mk()
+	s.m[k] = v
+	return v
+}
+
+// putNew stores v under k unless k is present; it reports whether it stored.
+func (t *table[K, V]) putNew(k K, v V) bool {
+	s := t.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m[k]; ok {
+		return false
+	}
+	s.m[k] = v
+	return true
+}
+
+// swap stores v under k and returns what k held before.
+func (t *table[K, V]) swap(k K, v V) (V, bool) {
+	s := t.shard(k)
+	s.mu.Lock()
+	old, ok := s.m[k]
+	s.m[k] = v
+	s.mu.Unlock()
+	return old, ok
+}
+
+// take removes k and returns what it held.
+func (t *table[K, V]) take(k K) (V, bool) {
+	s := t.shard(k)
+	s.mu.Lock()
+	v, ok := s.m[k]
+	delete(s.m, k)
+	s.mu.Unlock()
+	return v, ok
+}
+
+// takeIf removes k unless keep says its value stays.
+func (t *table[K, V]) takeIf(k K, keep func(V) bool) (V, bool) {
+	s := t.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.m[k]
+	if !ok || keep(v) {
+		var zero V
+		return zero, false
+	}
+	delete(s.m, k)
+	return v, true
+}
+
+// all returns every value.
+func (t *table[K, V]) all() []V {
+	var out []V
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.RLock()
+		for _, v := range s.m {
+			out = append(out, v)
+		}
+		s.mu.RUnlock()
+	}
+	return out
+}
+
+func hashU64(k uint64) uint64 { return k }
+
+func hashString(s string) uint64 {
+	// FNV-1a over at most the first 16 bytes: trace ids are random.
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s) && i < 16; i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}

@@ -186,6 +186,16 @@ func readRequests(data []byte) (reqs []parsedRequest, ok bool) {
 		if req.ProtoMajor != 1 || req.ProtoAtLeast(1, 1) && req.Host == "" && req.Method != "CONNECT" {
 			return nil, false
 		}
+		for k, vv := range req.Header {
+			if !validFieldName(k) {
+				return nil, false
+			}
+			for _, v := range vv {
+				if !validFieldValue(v) {
+					return nil, false
+				}
+			}
+		}
 		body, err := io.ReadAll(req.Body)
 		if err != nil {
 			return nil, false
@@ -216,4 +226,28 @@ func strip(h http.Header) (out http.Header, retrace []string, traceID string) {
 		}
 	}
 	return out, retrace, traceID
+}
+
+// validFieldName and validFieldValue are the checks net/http's server
+// makes on every header before serving a request (RFC 9110 token; field
+// value without control bytes other than tab).
+func validFieldName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if !tchar(k[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func validFieldValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }

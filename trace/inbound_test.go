@@ -159,6 +159,12 @@ func TestInboundParserStreams(t *testing.T) {
 			heads: []RequestHead{{Method: "GET", Path: "/"}},
 		},
 		{
+			name:  "odd header names do not stop stripping",
+			in:    "GET / HTTP/1.1\r\nX Foo: 1\r\n: empty\r\nRetrace-Trace-Id : x\r\nRetrace-Trace-Id: y\r\n\r\n",
+			want:  "GET / HTTP/1.1\r\nX Foo: 1\r\n: empty\r\n\r\n",
+			heads: []RequestHead{{TraceID: "y", Method: "GET", Path: "/", Stripped: 2}},
+		},
+		{
 			name:  "invalid traceparent ignored",
 			in:    "GET / HTTP/1.1\r\ntraceparent: 00-00000000000000000000000000000000-00f067aa0ba902b7-01\r\n\r\n",
 			want:  "GET / HTTP/1.1\r\ntraceparent: 00-00000000000000000000000000000000-00f067aa0ba902b7-01\r\n\r\n",
@@ -220,14 +226,17 @@ func assertHead(t *testing.T, i int, got, want RequestHead) {
 	}
 }
 
-// TestInboundParserEverySplit feeds a keep-alive stream of three requests
+// TestInboundParserEverySplit feeds a keep-alive stream of four requests
 // (several Retrace headers, a Content-Length body and a chunked body that
-// contain header-like text) cut in two, then in three, at every position,
+// contain header-like text, odd and folded header lines) cut in two, then in three, at every position,
 // and in one-byte reads: output and events must not depend on the cuts.
 func TestInboundParserEverySplit(t *testing.T) {
-	in := []byte(reqA + reqB + reqC)
+	// reqD: odd header names, a folded Retrace header, bare LF.
+	const reqD = "GET /d HTTP/1.1\nX Foo: 1\nretrace-trace-id: rec-4\n folded\nA: b\n c\nRETRACE-x:\n\n"
+	const reqDClean = "GET /d HTTP/1.1\nX Foo: 1\nA: b\n c\n\n"
+	in := []byte(reqA + reqB + reqC + reqD)
 	wantOut, wantEvs, _ := feedAll(t, in)
-	if string(wantOut) != reqAClean+reqBClean+reqCClean || len(wantEvs) != 3 {
+	if string(wantOut) != reqAClean+reqBClean+reqCClean+reqDClean || len(wantEvs) != 4 || !wantEvs[3].head.BadTraceID {
 		t.Fatalf("whole stream: got %q with %d requests", wantOut, len(wantEvs))
 	}
 	check := func(name string, chunks ...[]byte) {

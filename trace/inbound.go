@@ -35,8 +35,7 @@ type RequestHead struct {
 	TraceID string
 	// BadTraceID reports a Retrace-Trace-Id that was not a ValidID, or
 	// several that disagree. The header was stripped and is ignored;
-	// BadValue holds (the first badValueCap bytes of) the rejected value so
-	// the caller can log it once.
+	// BadValue holds the rejected value so the caller can log it once.
 	BadTraceID bool
 	// ReplayTime is Retrace-Replay-Time (unix nanoseconds), zero when absent.
 	ReplayTime time.Time
@@ -67,7 +66,9 @@ type RequestHead struct {
 // cannot be known (bad Content-Length, a transfer coding other than
 // chunked, a header line without a colon, ...), the parser turns into a
 // pass-through for the rest of the connection: every later byte is
-// delivered unchanged. A server rejects such requests itself.
+// delivered unchanged. A server rejects such requests itself. After a
+// protocol switch (WebSocket or h2c upgrade, CONNECT tunnel) the client's
+// bytes no longer look like a request line, so the same happens there.
 //
 // The zero value is ready to use, one per connection; it is not safe for
 // concurrent use. Its memory does not grow: besides a fixed-size struct it

@@ -382,3 +382,23 @@ func TestTimerCallbacksInheritNothing(t *testing.T) {
 		t.Fatalf("%d of %d timer callbacks saw a trace", n, timers)
 	}
 }
+
+// TestCurrentDoesNotAllocate: lookups sit on every hooked Read and Write.
+func TestCurrentDoesNotAllocate(t *testing.T) {
+	check := func(name string) {
+		t.Helper()
+		if n := testing.AllocsPerRun(1000, func() { _ = Current() }); n != 0 {
+			t.Errorf("%s: Current() allocates %v times per call", name, n)
+		}
+	}
+	check("unbound")
+	release := Bind(&Trace{ID: "a"})
+	check("bound")
+	inGoroutine(func() { check("inherited") })
+	pprof.Do(context.Background(), pprof.Labels("app", "x"), func(context.Context) {
+		_ = Current() // puts the label back once (allocates)
+		check("bound, after the application replaced the labels")
+	})
+	release()
+	inGoroutine(func() { check("unbound child") })
+}

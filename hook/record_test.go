@@ -1,0 +1,155 @@
+package hook_test
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/internal/agenttest"
+	"github.com/retrace-dev/retrace/trace"
+)
+
+// testRecorder checks every report against the trace ids its bytes name.
+type testRecorder struct {
+	panics bool // every method panics (fail-open test)
+
+	mu            sync.Mutex
+	starts        int
+	tagged        int
+	misattributed []string
+	leaks         []string
+	closed        int
+	kinds         map[string]int
+}
+
+var _ hook.Recorder = (*testRecorder)(nil)
+
+func (r *testRecorder) note(kind, tid string, p []byte) {
+	if r.panics {
+		panic("recorder exploded in " + kind)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.kinds == nil {
+		r.kinds = map[string]int{}
+	}
+	r.kinds[kind]++
+	ids := agenttest.IDPattern.FindAll(p, -1)
+	if len(ids) > 0 {
+		r.tagged++
+	}
+	for _, id := range ids {
+		if string(id) != tid {
+			r.misattributed = append(r.misattributed, fmt.Sprintf("%s with tid %q carries %s: %q", kind, tid, id, p))
+			break
+		}
+	}
+	if kind != "inbound-write" && bytes.Contains(bytes.ToLower(p), []byte("\nretrace-")) {
+		r.leaks = append(r.leaks, fmt.Sprintf("%s: %q", kind, p))
+	}
+}
+
+func (r *testRecorder) StartRequest(c hook.ConnInfo, h trace.RequestHead) string {
+	if r.panics {
+		panic("recorder exploded in StartRequest")
+	}
+	if !c.Inbound {
+		panic("StartRequest on an outbound connection")
+	}
+	// Only the service's requests are sampled; the echo downstream runs in
+	// this process too.
+	id, ok := strings.CutPrefix(h.Path, "/work/")
+	if !ok {
+		return ""
+	}
+	r.mu.Lock()
+	r.starts++
+	r.mu.Unlock()
+	return id
+}
+
+func (r *testRecorder) InboundRead(c hook.ConnInfo, tid string, p []byte) {
+	r.note("inbound-read", tid, p)
+}
+func (r *testRecorder) InboundWrite(c hook.ConnInfo, tid string, p []byte) {
+	r.note("inbound-write", tid, p)
+}
+func (r *testRecorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
+	if c.Inbound {
+		panic("OutboundWrite on an inbound connection")
+	}
+	r.note("outbound-write", tid, p)
+}
+func (r *testRecorder) OutboundRead(c hook.ConnInfo, p []byte) {
+	if r.panics {
+		panic("recorder exploded in OutboundRead")
+	}
+}
+func (r *testRecorder) Closed(c hook.ConnInfo) {
+	if r.panics {
+		panic("recorder exploded in Closed")
+	}
+	r.mu.Lock()
+	r.closed++
+	r.mu.Unlock()
+}
+
+// TestRecordFanOut runs the fan-out against the real downstreams in record
+// mode: the recorder gets every request's bytes charged to its trace, the
+// in-band header is stripped before the real HTTP downstream (which echoes
+// what it received), and neither the application nor a downstream ever
+// sees a Retrace-* header.
+func TestRecordFanOut(t *testing.T) {
+	f := newFanOut(t)
+	rec := &testRecorder{}
+	before := hook.ReadStats()
+	install(t, hook.Config{Mode: hook.Record, Recorder: rec})
+	addr := f.serve(t)
+
+	const clients, rounds = 32, 3
+	drive(t, addr, clients, rounds, true)
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Empty(t, rec.misattributed)
+	require.Empty(t, rec.leaks)
+	require.Equal(t, clients*rounds, rec.starts)
+	// Per request: its inbound request and response, the line request,
+	// SET, GET and the HTTP request at least.
+	require.GreaterOrEqual(t, rec.tagged, clients*rounds*6)
+	st := hook.ReadStats()
+	require.Zero(t, st.Failures-before.Failures)
+	require.Zero(t, st.RedirectedConnects-before.RedirectedConnects)
+	require.GreaterOrEqual(t, st.StrippedRequests-before.StrippedRequests, int64(clients*rounds))
+	t.Logf("recorder: %d starts, %d reports naming a trace, by kind %v", rec.starts, rec.tagged, rec.kinds)
+}
+
+// TestOffFanOut: without the agent the same service works and sees no
+// trace; Mode Off installs nothing.
+func TestOffFanOut(t *testing.T) {
+	f := newFanOut(t)
+	undo, err := hook.Install(hook.Config{})
+	require.NoError(t, err)
+	undo()
+	undo()
+	require.Empty(t, hook.ReadStats().Patched)
+	addr := f.serve(t)
+	drive(t, addr, 8, 2, false)
+}
+
+// TestRecorderPanicsFailOpen: a recorder that panics in every method costs
+// the application nothing: every request is answered correctly, the
+// panics are counted.
+func TestRecorderPanicsFailOpen(t *testing.T) {
+	f := newFanOut(t)
+	before := hook.ReadStats()
+	install(t, hook.Config{Mode: hook.Record, Recorder: &testRecorder{panics: true}, Logger: discardLogger()})
+	addr := f.serve(t)
+	drive(t, addr, 4, 2, false)
+	require.Greater(t, hook.ReadStats().Failures, before.Failures)
+}

@@ -31,6 +31,12 @@
 // request, never to the ended one nor to the next request on the same
 // connection.
 //
+// Inheritance follows goroutine creation, not data flow: work handed to a
+// goroutine that already existed (a worker pool fed through a channel, a
+// connection's long-lived reader or writer) is not charged to the trace;
+// the agent carries the trace in-band where such goroutines matter
+// (net/http's client connections).
+//
 // Labels the application set with pprof.Do before Bind are kept. An
 // application that replaces the goroutine's labels after Bind (pprof.Do,
 // pprof.SetGoroutineLabels: they set the labels of a context, which never

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/retrace-dev/retrace/trace"
 )
 
@@ -33,6 +34,9 @@ type conn struct {
 
 	up     net.Conn // real destination for untraced requests, dialled on demand
 	upAddr string
+
+	rdl, wdl time.Time                         // read and write deadlines in force
+	counters map[counterKey]prometheus.Counter // this connection's metric children
 }
 
 // serve runs the connection until the peer leaves, a protocol or frame
@@ -83,28 +87,34 @@ func (c *conn) run() error {
 	}
 }
 
-// readFrame reads one frame and appends its payload to c.buf. The connection
-// may idle for IdleTimeout before a frame starts; once its first byte has
-// arrived the whole frame must arrive within ReadTimeout.
+// readFrame reads one frame and appends its payload to c.buf. Once the first
+// byte of a frame has arrived, the whole frame must arrive within
+// ReadTimeout (at least three quarters of it: deadlines are refreshed
+// lazily so most frames cost no timer update). Before that the connection is
+// idle, which is no error unless IdleTimeout is set and has passed.
 func (c *conn) readFrame() (trace.FrameHeader, error) {
 	cfg := &c.s.cfg
-	if c.br.Buffered() > 0 {
-		c.nc.SetReadDeadline(time.Now().Add(cfg.ReadTimeout))
-	} else if cfg.IdleTimeout > 0 {
-		c.nc.SetReadDeadline(time.Now().Add(cfg.IdleTimeout))
-	} else {
-		c.nc.SetReadDeadline(time.Time{})
-	}
-	armed := c.br.Buffered() > 0
+	idleSince := time.Now()
+	c.armRead(idleSince)
+	started := c.br.Buffered() > 0
 	want := 1
 	for {
 		b, err := c.br.Peek(want)
-		if len(b) > 0 && !armed {
-			armed = true
-			c.nc.SetReadDeadline(time.Now().Add(cfg.ReadTimeout))
-		}
 		if len(b) == 0 && err != nil {
+			var ne net.Error
+			if !started && errors.As(err, &ne) && ne.Timeout() {
+				now := time.Now()
+				if cfg.IdleTimeout > 0 && now.Sub(idleSince) >= cfg.IdleTimeout {
+					return trace.FrameHeader{}, fmt.Errorf("idle for %s: %w", cfg.IdleTimeout, err)
+				}
+				c.armRead(now)
+				continue
+			}
 			return trace.FrameHeader{}, err
+		}
+		if !started {
+			started = true
+			c.armRead(time.Now())
 		}
 		h, n, perr := trace.ParseFrameHeader(b)
 		if perr == nil {
@@ -187,9 +197,22 @@ func (c *conn) process() error {
 }
 
 func (c *conn) write(b []byte) error {
-	c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	now := time.Now()
+	if c.wdl.Sub(now) < c.s.cfg.WriteTimeout*3/4 {
+		c.wdl = now.Add(c.s.cfg.WriteTimeout)
+		c.nc.SetWriteDeadline(c.wdl)
+	}
 	_, err := c.nc.Write(b)
 	return err
+}
+
+// armRead makes sure at least three quarters of ReadTimeout are left before
+// the read deadline.
+func (c *conn) armRead(now time.Time) {
+	if c.rdl.Sub(now) < c.s.cfg.ReadTimeout*3/4 {
+		c.rdl = now.Add(c.s.cfg.ReadTimeout)
+		c.nc.SetReadDeadline(c.rdl)
+	}
 }
 
 // answer appends the answer to r to c.out. It reports whether the
@@ -198,7 +221,7 @@ func (c *conn) write(b []byte) error {
 func (c *conn) answer(r *request) (closeAfter bool) {
 	s := c.s
 	proto := c.ad.proto()
-	s.metrics.request(proto)
+	c.count(s.metrics.requests, proto)
 	tid := c.msgTID
 	var ts *traceState
 	if tid != "" {
@@ -240,11 +263,11 @@ func (c *conn) answer(r *request) (closeAfter bool) {
 		oc.Error = reason
 		out = c.ad.missing(r, reason)
 		closeAfter = out == nil
-		s.metrics.miss(proto)
+		c.count(s.metrics.misses, proto)
 		s.traces.addMissing(MissingMock{Trace: tid, Proto: proto, Dst: c.dst, Request: append([]byte(nil), r.raw...), Reason: reason})
 		s.log.Info("missing mock", "trace", tid, "dst", c.dst, "proto", proto, "op", r.op, "reason", reason)
 	} else if oc.Strategy != "" {
-		s.metrics.match(oc.Strategy)
+		c.count(s.metrics.matches, oc.Strategy)
 	}
 	if ts != nil && (reason == "" || !r.noReply) {
 		ts.mu.Lock()
@@ -305,4 +328,24 @@ func clip(s string) string {
 		return s[:120] + "…"
 	}
 	return s
+}
+
+// count increments a labelled counter through a per-connection cache, so the
+// hot path takes no shared lock.
+func (c *conn) count(vec *prometheus.CounterVec, label string) {
+	k := counterKey{vec, label}
+	ctr := c.counters[k]
+	if ctr == nil {
+		if c.counters == nil {
+			c.counters = map[counterKey]prometheus.Counter{}
+		}
+		ctr = vec.WithLabelValues(label)
+		c.counters[k] = ctr
+	}
+	ctr.Inc()
+}
+
+type counterKey struct {
+	vec   *prometheus.CounterVec
+	label string
 }

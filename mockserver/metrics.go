@@ -1,10 +1,6 @@
 package mockserver
 
-import (
-	"sync"
-
-	"github.com/prometheus/client_golang/prometheus"
-)
+import "github.com/prometheus/client_golang/prometheus"
 
 // metrics are the server's Prometheus metrics, in a registry of its own so
 // several servers (tests) never collide.
@@ -18,9 +14,6 @@ type metrics struct {
 	connErrors prometheus.Counter
 	latency    prometheus.Histogram
 	sessions   prometheus.GaugeFunc
-
-	mu     sync.RWMutex
-	cached map[string]prometheus.Counter // "vec\x00label" → counter
 }
 
 func newMetrics(sessions func() float64) *metrics {
@@ -43,27 +36,7 @@ func newMetrics(sessions func() float64) *metrics {
 			Buckets: []float64{1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2, 1e-1}}),
 		sessions: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "retrace_mock_sessions",
 			Help: "Recorded sessions loaded."}, sessions),
-		cached: map[string]prometheus.Counter{},
 	}
 	m.reg.MustRegister(m.requests, m.matches, m.misses, m.open, m.conns, m.connErrors, m.latency, m.sessions)
 	return m
 }
-
-func (m *metrics) counter(vec *prometheus.CounterVec, name, label string) prometheus.Counter {
-	k := name + "\x00" + label
-	m.mu.RLock()
-	c := m.cached[k]
-	m.mu.RUnlock()
-	if c != nil {
-		return c
-	}
-	c = vec.WithLabelValues(label)
-	m.mu.Lock()
-	m.cached[k] = c
-	m.mu.Unlock()
-	return c
-}
-
-func (m *metrics) request(proto string)  { m.counter(m.requests, "r", proto).Inc() }
-func (m *metrics) match(strategy string) { m.counter(m.matches, "m", strategy).Inc() }
-func (m *metrics) miss(proto string)     { m.counter(m.misses, "x", proto).Inc() }

@@ -1,0 +1,209 @@
+package mockserver_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/retrace-dev/retrace/mockserver"
+	"github.com/retrace-dev/retrace/mockserver/mocktest"
+	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/trace"
+)
+
+const benchConns = 64
+
+func benchCall(i int) ([]byte, []byte) {
+	key := fmt.Sprintf("user:%06d", i)
+	val := fmt.Sprintf(`{"id":%d,"name":"user %d","balance":%d}`, i, i, i*7)
+	req := fmt.Sprintf("*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", len(key), key)
+	resp := fmt.Sprintf("$%d\r\n%s\r\n", len(val), val)
+	return []byte(req), []byte(resp)
+}
+
+// drive runs n request/response exchanges spread over benchConns
+// connections and returns the time they took and their latency histogram.
+func drive(b *testing.B, conns, n int, dial func(i int) net.Conn, payload func(i int) []byte, respLen func(i int) int) (time.Duration, *hdrhistogram.Histogram) {
+	var next atomic.Int64
+	hists := make([]*hdrhistogram.Histogram, conns)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range conns {
+		h := hdrhistogram.New(1, int64(time.Second), 3)
+		hists[c] = h
+		conn := dial(c)
+		wg.Go(func() {
+			defer conn.Close()
+			out, buf := payload(c), make([]byte, respLen(c))
+			br := bufio.NewReader(conn)
+			for next.Add(1) <= int64(n) {
+				t0 := time.Now()
+				if _, err := conn.Write(out); err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := io.ReadFull(br, buf); err != nil {
+					b.Error(err)
+					return
+				}
+				h.RecordValue(int64(time.Since(t0)))
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	all := hdrhistogram.New(1, int64(time.Second), 3)
+	for _, h := range hists {
+		all.Merge(h)
+	}
+	return el, all
+}
+
+// plainServer answers every request of reqLen bytes with resp: the
+// fastest a Go server can answer the same bytes on loopback.
+func plainServer(b *testing.B, reqs, resps [][]byte) (addr string, stop func()) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			req, resp := reqs[i%len(reqs)], resps[i%len(resps)]
+			wg.Go(func() {
+				br := bufio.NewReader(c)
+				buf := make([]byte, len(req))
+				for {
+					if _, err := io.ReadFull(br, buf); err != nil {
+						return
+					}
+					if _, err := c.Write(resp); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	return ln.Addr().String(), func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	}
+}
+
+// BenchmarkMockVsPlain answers b.N Redis GETs over 64 connections (one
+// trace each) from the mock server, and the same number from a plain Go
+// server writing the same bytes, in the same run.
+func BenchmarkMockVsPlain(b *testing.B) {
+	var sessions []*recording.Session
+	var reqs, resps [][]byte
+	for i := range benchConns {
+		req, resp := benchCall(i)
+		reqs, resps = append(reqs, req), append(resps, resp)
+		sessions = append(sessions, &recording.Session{V: 1, ID: fmt.Sprintf("bench-%d", i), Calls: []recording.Call{
+			{Seq: 0, Proto: "redis", Dst: "10.0.0.7:6379", Request: req, Response: resp}}})
+	}
+	srv := mocktest.NewServer(b, mockserver.Config{Strategies: []mockserver.Strategy{"first"}, MaxObserved: 1000}, sessions...)
+	paddr, stop := plainServer(b, reqs, resps)
+	defer stop()
+	respLen := func(i int) int { return len(resps[i]) }
+	dialPlain := func(int) net.Conn {
+		c, err := net.Dial("tcp", paddr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c
+	}
+	dialMock := func(i int) net.Conn {
+		d := &mocktest.Dialer{Mock: srv.Addr(), TID: fmt.Sprintf("bench-%d", i)}
+		c, err := d.DialContext(context.Background(), "tcp", "10.0.0.7:6379")
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c.(*mocktest.Conn).Conn // write pre-framed requests directly
+	}
+	framed := func(i int) []byte {
+		return trace.AppendFrame(nil, fmt.Sprintf("bench-%d", i), "10.0.0.7:6379", reqs[i])
+	}
+	// Alternate the two servers in rounds so a noisy machine hurts both alike.
+	const rounds = 4
+	var plainT, mockT time.Duration
+	plainH := hdrhistogram.New(1, int64(time.Second), 3)
+	mockH := hdrhistogram.New(1, int64(time.Second), 3)
+	b.ResetTimer()
+	for range rounds {
+		el, h := drive(b, benchConns, b.N/rounds+1, dialPlain, func(i int) []byte { return reqs[i] }, respLen)
+		plainT += el
+		plainH.Merge(h)
+		el, h = drive(b, benchConns, b.N/rounds+1, dialMock, framed, respLen)
+		mockT += el
+		mockH.Merge(h)
+	}
+	plainRate := float64(rounds*(b.N/rounds+1)) / plainT.Seconds()
+	mockRate := float64(rounds*(b.N/rounds+1)) / mockT.Seconds()
+	b.StopTimer()
+	// The same exchange on one connection: latency without queueing behind
+	// 63 other connections on a small machine.
+	_, plain1 := drive(b, 1, 2000, dialPlain, func(i int) []byte { return reqs[i] }, respLen)
+	_, mock1 := drive(b, 1, 2000, dialMock, framed, respLen)
+	b.ReportMetric(float64(plain1.ValueAtQuantile(99))/1e3, "plain-p99-1conn-µs")
+	b.ReportMetric(float64(mock1.ValueAtQuantile(99))/1e3, "mock-p99-1conn-µs")
+	b.ReportMetric(plainRate, "plain-req/s")
+	b.ReportMetric(mockRate, "mock-req/s")
+	b.ReportMetric(mockRate/plainRate, "mock/plain")
+	b.ReportMetric(float64(plainH.ValueAtQuantile(99))/1e3, "plain-p99-µs")
+	b.ReportMetric(float64(mockH.ValueAtQuantile(99))/1e3, "mock-p99-µs")
+}
+
+// BenchmarkLoad100kSessions reports the heap that 100,000 loaded sessions
+// take (sessions and index), against the bytes of their payloads.
+func BenchmarkLoad100kSessions(b *testing.B) {
+	const n = 100000
+	for range b.N {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		srv, err := mockserver.New(mockserver.Config{Admin: "-"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		payload := 0
+		for i := range n {
+			req, resp := benchCall(i)
+			req2, resp2 := []byte(fmt.Sprintf("GET /users/%d HTTP/1.1\r\nHost: users\r\n\r\n", i)), []byte(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nuser %04d", i%10000))
+			payload += len(req) + len(resp) + len(req2) + len(resp2)
+			srv.AddSession(&recording.Session{V: 1, ID: fmt.Sprintf("session-%d", i), Calls: []recording.Call{
+				{Seq: 0, Proto: "redis", Dst: "10.0.0.7:6379", Request: req, Response: resp},
+				{Seq: 1, Proto: "http", Dst: "10.0.0.8:80", Request: req2, Response: resp2}}})
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		heap := float64(after.HeapAlloc - before.HeapAlloc)
+		b.ReportMetric(heap/n, "heap-B/session")
+		b.ReportMetric(float64(payload)/n, "payload-B/session")
+		b.ReportMetric(heap/float64(payload), "heap/payload")
+		runtime.KeepAlive(srv)
+		srv.Close()
+	}
+}

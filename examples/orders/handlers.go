@@ -117,7 +117,8 @@ func (s *Server) placeOrder(ctx context.Context, req CreateOrder) (*Order, error
 	if err != nil {
 		return nil, fmt.Errorf("order number from redis: %w", err)
 	}
-	o.ID = fmt.Sprintf("ORD-%08d", seq)
+	// Order numbers are all digits, so every tool groups /orders/{id} as one API.
+	o.ID = strconv.FormatInt(OrderNumberBase+seq, 10)
 	o.CreatedAt = time.Now().UTC().Truncate(time.Microsecond)
 	if err := s.insertOrder(ctx, o); err != nil {
 		return nil, err

@@ -106,7 +106,7 @@ func TestOrderLifecycle(t *testing.T) {
 		t.Fatalf("POST /orders: %d %s", code, body)
 	}
 	o := decode[orders.Order](t, body)
-	if !strings.HasPrefix(o.ID, "ORD-") || o.Status != "created" || o.UserID != 7 || o.Currency != "EUR" {
+	if o.ID != "100000001" || o.Status != "created" || o.UserID != 7 || o.Currency != "EUR" {
 		t.Fatalf("order %+v", o)
 	}
 	if o.CreatedAt.Before(before) || o.CreatedAt.After(time.Now().Add(time.Second)) {
@@ -180,7 +180,7 @@ func TestOrderErrors(t *testing.T) {
 		{"unknown sku", "POST", "/orders", orders.CreateOrder{UserID: 1, Items: []orders.OrderItem{{"NOPE-1", 1}}}, 422, `unknown sku "NOPE-1"`},
 		{"out of stock", "POST", "/orders", orders.CreateOrder{UserID: 1, Items: []orders.OrderItem{{"MN-270", 3}}}, 409, "2 in stock, 3 ordered"},
 		{"unknown coupon", "POST", "/orders", orders.CreateOrder{UserID: 1, Items: items, Coupon: "FREE"}, 422, `unknown coupon "FREE"`},
-		{"unknown order", "GET", "/orders/ORD-99999999", nil, 404, "not found"},
+		{"unknown order", "GET", "/orders/99999999", nil, 404, "not found"},
 		{"bad user id", "GET", "/users/x/orders", nil, 400, `user id "x"`},
 		{"unknown stock", "GET", "/stock/NOPE", nil, 404, `unknown sku "NOPE"`},
 	}

@@ -49,6 +49,9 @@ const (
 	MaxItems      = 20      // items per order
 	MaxQty        = 100     // units per item
 	userListLimit = 20
+	// OrderNumberBase is added to the Redis order sequence: the first order
+	// is 100000001.
+	OrderNumberBase = 100000000
 )
 
 // Tiers, countries and coupons of the seed data.

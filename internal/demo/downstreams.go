@@ -28,6 +28,7 @@ type Downstreams struct {
 	MySQL   *MySQL
 	Redis   *miniredis.Miniredis
 	pricing *httpService
+	cfg     orders.Config // addresses fixed at start: they survive Stop
 }
 
 // StartDownstreams starts the downstreams and loads the orders schema and
@@ -59,7 +60,8 @@ func StartDownstreams(ctx context.Context, a DownstreamAddrs) (_ *Downstreams, e
 	if d.pricing, err = startHTTP(a.Pricing, pricing.NewHandler()); err != nil {
 		return nil, fmt.Errorf("demo: pricing service: %w", err)
 	}
-	srv, err := orders.NewServer(d.OrdersConfig())
+	d.cfg = orders.Config{MySQLDSN: d.MySQL.DSN(), RedisAddr: d.Redis.Addr(), PricingURL: "http://" + d.pricing.addr}
+	srv, err := orders.NewServer(d.cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -71,12 +73,13 @@ func StartDownstreams(ctx context.Context, a DownstreamAddrs) (_ *Downstreams, e
 }
 
 // OrdersConfig is the configuration of an orders service using d.
-func (d *Downstreams) OrdersConfig() orders.Config {
-	return orders.Config{MySQLDSN: d.MySQL.DSN(), RedisAddr: d.Redis.Addr(), PricingURL: d.PricingURL()}
-}
+func (d *Downstreams) OrdersConfig() orders.Config { return d.cfg }
 
 // PricingURL is the base URL of the pricing service.
-func (d *Downstreams) PricingURL() string { return "http://" + d.pricing.addr }
+func (d *Downstreams) PricingURL() string { return d.cfg.PricingURL }
+
+// RedisAddr is the host:port of Redis (also while stopped).
+func (d *Downstreams) RedisAddr() string { return d.cfg.RedisAddr }
 
 // Env is OrdersConfig as the ORDERS_* environment of a child process.
 func (d *Downstreams) Env() []string {
@@ -105,7 +108,7 @@ func (d *Downstreams) Restart() error {
 		return err
 	}
 	if err := d.Redis.Restart(); err != nil {
-		return fmt.Errorf("demo: embedded Redis on %s: %w", d.Redis.Addr(), err)
+		return fmt.Errorf("demo: embedded Redis on %s: %w", d.cfg.RedisAddr, err)
 	}
 	return d.pricing.restart()
 }

@@ -42,7 +42,7 @@ func TestDownstreamsAndTraffic(t *testing.T) {
 	}
 	t.Logf("%+v", st)
 
-	mysqlAddr, redisAddr, priceURL := d.MySQL.Addr(), d.Redis.Addr(), d.PricingURL()
+	mysqlAddr, redisAddr, priceURL := d.MySQL.Addr(), d.RedisAddr(), d.PricingURL()
 	if err := d.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -54,11 +54,11 @@ func TestDownstreamsAndTraffic(t *testing.T) {
 	if err := d.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	if d.MySQL.Addr() != mysqlAddr || d.Redis.Addr() != redisAddr || d.PricingURL() != priceURL {
+	if d.MySQL.Addr() != mysqlAddr || d.RedisAddr() != redisAddr || d.PricingURL() != priceURL {
 		t.Fatal("addresses changed on restart")
 	}
 	rec = httptest.NewRecorder()
-	srv.ServeHTTP(rec, httptest.NewRequest("GET", "/orders/ORD-00000001", nil))
+	srv.ServeHTTP(rec, httptest.NewRequest("GET", "/orders/100000001", nil))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("after restart: %d %s", rec.Code, rec.Body)
 	}

@@ -27,6 +27,10 @@ type Traffic struct {
 	Requests int
 	// Clients sending at once; zero means 16.
 	Clients int
+	// Duration spreads the requests evenly over this long (a client
+	// that is busy sends late, never concurrently with itself); zero sends
+	// them as fast as the clients are answered.
+	Duration time.Duration
 	// Seed makes the request mix reproducible; zero is a valid seed.
 	Seed uint64
 	// Client sends the requests; nil means a keep-alive client of its own.
@@ -102,8 +106,19 @@ func (tr Traffic) Run(ctx context.Context) (*TrafficStats, error) {
 		})
 	}
 	var err error
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 feed:
 	for i := 0; i < tr.Requests; i++ {
+		if tr.Duration > 0 {
+			timer.Reset(time.Until(start.Add(tr.Duration * time.Duration(i) / time.Duration(tr.Requests))))
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				err = ctx.Err()
+				break feed
+			}
+		}
 		select {
 		case work <- i:
 		case <-ctx.Done():

@@ -18,6 +18,10 @@ import (
 	"syscall"
 
 	"github.com/retrace-dev/retrace/examples/orders"
+
+	// The whole integration with retrace: RETRACE_MODE and friends decide
+	// at start whether and how the agent records or replays this service.
+	_ "github.com/retrace-dev/retrace/patches"
 )
 
 func main() {

@@ -16,7 +16,7 @@ func BenchmarkCurrent(b *testing.B) {
 			}
 		}
 	})
-	b.Run("unbound/app-labels", func(b *testing.B) {
+	b.Run("unbound-app-labels", func(b *testing.B) {
 		pprof.Do(context.Background(), pprof.Labels("a", "1", "z", "2"), func(context.Context) {
 			b.ReportAllocs()
 			for b.Loop() {
@@ -48,7 +48,7 @@ func BenchmarkCurrent(b *testing.B) {
 			}
 		})
 	})
-	b.Run("bound/1000-others", func(b *testing.B) {
+	b.Run("bound-1000-others", func(b *testing.B) {
 		// Other requests in flight: 1000 bindings on other goroutines.
 		stop := make(chan struct{})
 		ready := make(chan struct{}, 1000)

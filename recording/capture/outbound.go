@@ -109,28 +109,20 @@ func (r *Recorder) maxFor(c *call) int {
 // calls go to their trace's session, taking the connection's set-up calls
 // with them the first time.
 func (r *Recorder) place(oc *outConn, c *call) {
-	if c.setup {
-		if c.tid != "" && r.attach(c.tid, c) {
+	if c.tid != "" {
+		if r.attach(c.tid, append(oc.pending, c)...) {
 			c.keep = true
-			oc.owned = true
+			if len(oc.pending) > 0 || c.setup {
+				oc.owned, oc.pending = true, nil
+			}
 			return
 		}
-		if !oc.owned {
-			c.keep = true
-			oc.pending = append(oc.pending, c)
-		}
-		return
 	}
-	if c.tid == "" {
-		return // traffic of no sampled request: followed, not stored
+	if c.setup && !oc.owned {
+		c.keep = true
+		oc.pending = append(oc.pending, c)
 	}
-	if len(oc.pending) > 0 {
-		if r.attach(c.tid, append(oc.pending, c)...) {
-			c.keep, oc.owned, oc.pending = true, true, nil
-		}
-		return
-	}
-	c.keep = r.attach(c.tid, c)
+	// otherwise: traffic of no sampled request, followed but not stored
 }
 
 // OutboundRead adds answer bytes to the connection's current call.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,10 +15,10 @@ import (
 	"github.com/retrace-dev/retrace/recording"
 )
 
-func all(tb testing.TB) recording.Sampler {
-	s, err := recording.NewSampler(1)
+func sampler(tb testing.TB, rate float64) *recording.Sampler {
+	s, err := recording.NewSampler(rate)
 	require.NoError(tb, err)
-	return s
+	return &s
 }
 
 // TestRecordFanOut drives 64 concurrent clients through the fan-out service
@@ -25,7 +26,7 @@ func all(tb testing.TB) recording.Sampler {
 // downstream payload carries its request's id, so a call holding another
 // request's id, or a session missing one of its calls, shows at once.
 func TestRecordFanOut(t *testing.T) {
-	w := startWorld(t, all(t))
+	w := startWorld(t, sampler(t, 1))
 	const clients, rounds = 64, 3
 	c := newClient(clients)
 	defer c.CloseIdleConnections()
@@ -148,4 +149,50 @@ func isStmtClose(req []byte) bool {
 		req, n = req[4+l:], n+1
 	}
 	return n > 0 && len(req) == 0
+}
+
+// BenchmarkFanOut measures the service's throughput with the agent off and
+// recording at 100% and 1%, in one run:
+//
+//	go test -run x -bench FanOut -benchtime 2000x ./recording/capture/
+//
+// The throughput ratio of a mode is ns/op(off) / ns/op(mode).
+func BenchmarkFanOut(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		rate float64
+	}{{"off", -1}, {"record=100%", 1}, {"record=1%", 0.01}} {
+		b.Run(mode.name, func(b *testing.B) {
+			var smp *recording.Sampler
+			if mode.rate >= 0 {
+				smp = sampler(b, mode.rate)
+			}
+			w := startWorld(b, smp)
+			c := newClient(16)
+			defer c.CloseIdleConnections()
+			var n atomic.Int64
+			for range 200 { // warm the pools, the table and the store
+				if err := get(c, w.addr, fmt.Sprintf("rq%016x", n.Add(1))); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.SetParallelism(4)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := get(c, w.addr, fmt.Sprintf("rq%016x", n.Add(1))); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			if w.rec != nil {
+				settle(b, w.rec)
+				st := w.rec.Stats()
+				b.ReportMetric(float64(st.Recorded), "sessions")
+				b.ReportMetric(float64(st.Dropped), "dropped")
+			}
+		})
+	}
 }

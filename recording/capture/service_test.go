@@ -101,26 +101,31 @@ type world struct {
 	svc   *fanOut
 }
 
-// startWorld installs the agent in record mode, then starts the service and
-// its clients; the test's cleanups stop them in the reverse order.
-func startWorld(tb testing.TB, sampler recording.Sampler) *world {
+// startWorld installs the agent in record mode with the sampler (none when
+// nil), then starts the service and its clients; the test's cleanups stop
+// them in the reverse order.
+func startWorld(tb testing.TB, sampler *recording.Sampler) *world {
 	tb.Helper()
 	redisAddr := testenv.RedisAddr(tb)
 	dsn := testenv.MySQLDSN(tb)
 	table := createTable(tb, dsn)
 
-	store, err := recording.NewDirStore(tb.TempDir())
-	require.NoError(tb, err)
-	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: sampler, QueueSize: 1 << 14})
-	require.NoError(tb, err)
-	rec, err := capture.New(capture.Config{Pipeline: pipe, App: "fanout"})
-	require.NoError(tb, err)
-	undo, err := hook.Install(hook.Config{Mode: hook.Record, Recorder: rec})
-	require.NoError(tb, err)
-	tb.Cleanup(func() {
-		undo()
-		require.NoError(tb, rec.Close(context.Background()))
-	})
+	w := &world{}
+	if sampler != nil {
+		store, err := recording.NewDirStore(tb.TempDir())
+		require.NoError(tb, err)
+		pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: *sampler, QueueSize: 1 << 14})
+		require.NoError(tb, err)
+		rec, err := capture.New(capture.Config{Pipeline: pipe, App: "fanout"})
+		require.NoError(tb, err)
+		undo, err := hook.Install(hook.Config{Mode: hook.Record, Recorder: rec})
+		require.NoError(tb, err)
+		tb.Cleanup(func() {
+			undo()
+			require.NoError(tb, rec.Close(context.Background()))
+		})
+		w.rec, w.store = rec, store
+	}
 
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "echo-"+r.URL.Query().Get("id"))
@@ -152,7 +157,8 @@ func startWorld(tb testing.TB, sampler recording.Sampler) *world {
 		svc.db.Close()
 		svc.hc.CloseIdleConnections()
 	})
-	return &world{addr: ln.Addr().String(), rec: rec, store: store, svc: svc}
+	w.addr, w.svc = ln.Addr().String(), svc
+	return w
 }
 
 // createTable makes a table of its own in the test database (before the

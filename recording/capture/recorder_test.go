@@ -1,0 +1,248 @@
+package capture
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/trace"
+)
+
+// sink is a recording.Writer that keeps sessions in memory.
+type sink struct {
+	mu sync.Mutex
+	ss []*recording.Session
+}
+
+func (s *sink) Write(_ context.Context, ss []*recording.Session) error {
+	s.mu.Lock()
+	s.ss = append(s.ss, ss...)
+	s.mu.Unlock()
+	return nil
+}
+func (s *sink) Flush(context.Context) error { return nil }
+func (s *sink) Close() error                { return nil }
+
+func (s *sink) byID(id string) *recording.Session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, x := range s.ss {
+		if x.ID == id {
+			return x
+		}
+	}
+	return nil
+}
+
+func newTestRecorder(t *testing.T, rate float64, maxPayload int) (*Recorder, *sink) {
+	smp, err := recording.NewSampler(rate)
+	require.NoError(t, err)
+	out := &sink{}
+	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: out, Sampler: smp, MaxPayload: maxPayload})
+	require.NoError(t, err)
+	r, err := New(Config{Pipeline: pipe, App: "t"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close(context.Background()) })
+	return r, out
+}
+
+var (
+	inConn = hook.ConnInfo{ID: 1, Inbound: true, Local: "127.0.0.1:8080", Remote: "127.0.0.1:5000"}
+	rdConn = hook.ConnInfo{ID: 2, Local: "127.0.0.1:5001", Remote: "127.0.0.1:6379"}
+	myConn = hook.ConnInfo{ID: 3, Local: "127.0.0.1:5002", Remote: "127.0.0.1:3306"}
+	htConn = hook.ConnInfo{ID: 4, Local: "127.0.0.1:5003", Remote: "127.0.0.1:9000"}
+)
+
+const (
+	getReq = "GET /x HTTP/1.1\r\nHost: a\r\n\r\n"
+	okResp = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+)
+
+// request runs one inbound request through r: head, then body() (the
+// downstream work, on a goroutine bound to the trace), then the response.
+func request(t *testing.T, r *Recorder, c hook.ConnInfo, head trace.RequestHead, body func(tid string)) string {
+	t.Helper()
+	if head.Method == "" {
+		head.Method = "GET"
+	}
+	tid := r.StartRequest(c, head)
+	require.NotEmpty(t, tid)
+	r.InboundRead(c, tid, []byte(getReq))
+	release := trace.Bind(&trace.Trace{ID: tid})
+	body(tid)
+	release()
+	r.InboundWrite(c, tid, []byte(okResp))
+	return tid
+}
+
+func settle(t *testing.T, r *Recorder) {
+	t.Helper()
+	require.Zero(t, r.Stats().Active)
+	require.NoError(t, r.Flush(context.Background()))
+}
+
+func reqs(s *recording.Session) []string {
+	var out []string
+	for _, c := range s.Calls {
+		tag := ""
+		if c.Setup {
+			tag = "setup "
+		}
+		out = append(out, fmt.Sprintf("%s%s %q → %q", tag, c.Proto, c.Request, c.Response))
+	}
+	return out
+}
+
+func TestUnreportedWritesAnswersAreIgnored(t *testing.T) {
+	r, out := newTestRecorder(t, 1, -1)
+	a := request(t, r, inConn, trace.RequestHead{}, func(tid string) {
+		r.OutboundWrite(rdConn, tid, []byte("*2\r\n$3\r\nGET\r\n$1\r\na\r\n"))
+		r.OutboundRead(rdConn, []byte("$1\r\n"))
+		r.OutboundRead(rdConn, []byte("1\r\n"))
+	})
+	// an unsampled request wrote on the connection (not reported) and
+	// reads the answer on its own, untraced, goroutine
+	r.OutboundRead(rdConn, []byte("$1\r\n2\r\n"))
+	b := request(t, r, inConn, trace.RequestHead{}, func(tid string) {
+		r.OutboundWrite(rdConn, tid, []byte("*2\r\n$3\r\nGET\r\n$1\r\nb\r\n"))
+		r.OutboundRead(rdConn, []byte("$1\r\n3\r\n"))
+	})
+	settle(t, r)
+	assert.Equal(t, []string{`redis "*2\r\n$3\r\nGET\r\n$1\r\na\r\n" → "$1\r\n1\r\n"`}, reqs(out.byID(a)))
+	assert.Equal(t, []string{`redis "*2\r\n$3\r\nGET\r\n$1\r\nb\r\n" → "$1\r\n3\r\n"`}, reqs(out.byID(b)))
+}
+
+func TestHTTPResponseBeforeItsRequestIsReported(t *testing.T) {
+	r, out := newTestRecorder(t, 1, -1)
+	a := request(t, r, inConn, trace.RequestHead{}, func(tid string) {
+		r.OutboundWrite(htConn, tid, []byte("GET /1 HTTP/1.1\r\n\r\n"))
+		r.OutboundRead(htConn, []byte("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1"))
+		// the transport's reader saw the second answer before the writer's
+		// report of the second request
+		r.OutboundRead(htConn, []byte("HTTP/1.1 200 OK\r\nContent-Len"))
+		r.OutboundWrite(htConn, tid, []byte("GET /2 HTTP/1.1\r\n\r\n"))
+		r.OutboundRead(htConn, []byte("gth: 1\r\n\r\n2"))
+	})
+	settle(t, r)
+	assert.Equal(t, []string{
+		`http "GET /1 HTTP/1.1\r\n\r\n" → "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1"`,
+		`http "GET /2 HTTP/1.1\r\n\r\n" → "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n2"`,
+	}, reqs(out.byID(a)))
+}
+
+func TestSetupKeptWithFirstSession(t *testing.T) {
+	r, out := newTestRecorder(t, 1, -1)
+	greeting := "\x2a\x00\x00\x00\x0a5.5.5-10.11-MariaDB\x00" + strings.Repeat("x", 22)
+	// a pool opens the connection on a goroutine of no request
+	r.OutboundRead(myConn, []byte(greeting))
+	r.OutboundWrite(myConn, "", []byte("\x05\x00\x00\x01auth!"))
+	r.OutboundRead(myConn, []byte("\x07\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00"))
+	query := func(q string) func(string) {
+		return func(tid string) {
+			pkt := append([]byte{byte(len(q) + 1), 0, 0, 0, 3}, q...)
+			r.OutboundWrite(myConn, tid, pkt)
+			r.OutboundRead(myConn, []byte("\x07\x00\x00\x01\x00\x00\x00\x02\x00\x00\x00"))
+		}
+	}
+	a := request(t, r, inConn, trace.RequestHead{}, query("SET NAMES utf8"))
+	b := request(t, r, inConn, trace.RequestHead{}, query("SELECT 1"))
+	settle(t, r)
+	sa, sb := out.byID(a), out.byID(b)
+	require.Len(t, sa.Calls, 3)
+	for i, c := range sa.Calls {
+		assert.True(t, c.Setup, "call %d: greeting, authentication and SET NAMES are set-up", i)
+		assert.Equal(t, "mysql", c.Proto)
+		assert.EqualValues(t, myConn.ID, c.Conn)
+	}
+	assert.Empty(t, sa.Calls[0].Request, "the server spoke first")
+	assert.Less(t, sa.Calls[0].StartNs, int64(0), "opened before the request")
+	require.Len(t, sb.Calls, 1)
+	assert.False(t, sb.Calls[0].Setup)
+}
+
+func TestTraceParentNamesTheSession(t *testing.T) {
+	r, out := newTestRecorder(t, 1, -1)
+	const tp = "4bf92f3577b34da6a3ce929d0e0e4736"
+	var inner string
+	outer := request(t, r, inConn, trace.RequestHead{TraceParent: tp}, func(string) {
+		// a second request of the same distributed trace while the first runs
+		c2 := hook.ConnInfo{ID: 9, Inbound: true}
+		inner = request(t, r, c2, trace.RequestHead{TraceParent: tp}, func(string) {})
+	})
+	settle(t, r)
+	assert.Equal(t, tp, outer)
+	assert.NotEqual(t, tp, inner)
+	assert.True(t, trace.ValidID(inner))
+	assert.NotNil(t, out.byID(tp))
+	assert.NotNil(t, out.byID(inner))
+}
+
+func TestResponseEndsWithTheConnection(t *testing.T) {
+	r, out := newTestRecorder(t, 1, 8)
+	tid := r.StartRequest(inConn, trace.RequestHead{Method: "GET"})
+	r.InboundRead(inConn, tid, []byte(getReq))
+	r.InboundWrite(inConn, tid, []byte("HTTP/1.0 200 OK\r\n\r\nuntil close"))
+	assert.EqualValues(t, 1, r.Stats().Active, "no length: the response goes on")
+	r.Closed(inConn)
+	settle(t, r)
+	s := out.byID(tid)
+	require.NotNil(t, s)
+	assert.Equal(t, "HTTP/1.0", string(s.Inbound.Response), "kept up to the cap")
+	assert.True(t, s.Inbound.ResponseTruncated)
+	assert.True(t, s.Inbound.RequestTruncated)
+
+	// a request whose connection closes before any response is dropped
+	tid = r.StartRequest(inConn, trace.RequestHead{Method: "GET"})
+	r.InboundRead(inConn, tid, []byte(getReq))
+	r.Closed(inConn)
+	assert.EqualValues(t, 1, r.Stats().Incomplete)
+	assert.Zero(t, r.Stats().Active)
+}
+
+func TestMaxActive(t *testing.T) {
+	smp, _ := recording.NewSampler(1)
+	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: &sink{}, Sampler: smp})
+	require.NoError(t, err)
+	r, err := New(Config{Pipeline: pipe, MaxActive: 2})
+	require.NoError(t, err)
+	defer r.Close(context.Background())
+	for i := range 3 {
+		tid := r.StartRequest(hook.ConnInfo{ID: uint64(10 + i), Inbound: true}, trace.RequestHead{Method: "GET"})
+		assert.Equal(t, i < 2, tid != "", "request %d", i)
+	}
+	assert.EqualValues(t, 1, r.Stats().Overflow)
+}
+
+func TestUnsampledRequestsDoNotAllocate(t *testing.T) {
+	r, _ := newTestRecorder(t, 0, -1)
+	head := trace.RequestHead{Method: "GET", Path: "/"}
+	allocs := testing.AllocsPerRun(1000, func() {
+		if r.StartRequest(inConn, head) != "" {
+			t.Fatal("sampled at rate 0")
+		}
+		// reads on pooled connections of unsampled requests
+		r.OutboundRead(rdConn, []byte("+OK\r\n"))
+	})
+	assert.Zero(t, allocs)
+}
+
+func BenchmarkUnsampledRequest(b *testing.B) {
+	smp, _ := recording.NewSampler(0)
+	pipe, _ := recording.NewPipeline(recording.PipelineConfig{Store: &sink{}, Sampler: smp})
+	r, _ := New(Config{Pipeline: pipe})
+	defer r.Close(context.Background())
+	head := trace.RequestHead{Method: "GET", Path: "/"}
+	resp := []byte("+OK\r\n")
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		r.StartRequest(inConn, head)
+		r.OutboundRead(rdConn, resp)
+	}
+}

@@ -184,7 +184,7 @@ func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) 
 // sends its preamble first (protocols where the server speaks first have
 // the client read before it writes).
 func (e *engine) outboundRead(st *connState, c *netConn, b []byte) (int, error) {
-	if st.redirect {
+	if st.redirect && !st.preamble.Load() {
 		st.wmu.Lock()
 		err := e.sendPreamble(st, c)
 		st.wmu.Unlock()
@@ -202,7 +202,7 @@ func (e *engine) outboundRead(st *connState, c *netConn, b []byte) (int, error) 
 // sendPreamble writes the len:0 frame naming the original destination,
 // once, before any other byte. Called with st.wmu held.
 func (e *engine) sendPreamble(st *connState, c *netConn) error {
-	if st.preamble {
+	if st.preamble.Load() {
 		return nil
 	}
 	var hdr [trace.MaxFrameHeader]byte
@@ -210,7 +210,7 @@ func (e *engine) sendPreamble(st *connState, c *netConn) error {
 	if _, err := e.l.plainWrite(c, h); err != nil {
 		return err
 	}
-	st.preamble = true
+	st.preamble.Store(true)
 	counters.preambles.Add(1)
 	return nil
 }

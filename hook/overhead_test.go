@@ -1,0 +1,135 @@
+package hook
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"unsafe"
+
+	"github.com/retrace-dev/retrace/trace"
+)
+
+type nopRecorder struct{}
+
+func (nopRecorder) StartRequest(ConnInfo, trace.RequestHead) string { return "" }
+func (nopRecorder) InboundRead(ConnInfo, string, []byte)            {}
+func (nopRecorder) InboundWrite(ConnInfo, string, []byte)           {}
+func (nopRecorder) OutboundWrite(ConnInfo, string, []byte)          {}
+func (nopRecorder) OutboundRead(ConnInfo, []byte)                   {}
+func (nopRecorder) Closed(ConnInfo)                                 {}
+
+// BenchmarkHookOverhead measures what the hooks add to one Read or Write,
+// without the system call: the netFD Read/Write of the benchmark's
+// connection are replaced by functions that return at once, so the figure
+// is the double's own work (engine and state lookup, trace lookup, framing
+// or recorder call) against the unhooked net.(*conn) path in the same run.
+func BenchmarkHookOverhead(b *testing.B) {
+	cases := []struct {
+		name   string
+		mode   Mode
+		traced bool
+		framed bool
+	}{
+		{name: "unhooked"},
+		{name: "replay/untraced", mode: Replay},
+		{name: "replay/traced", mode: Replay, traced: true},
+		{name: "replay/framed-traced", mode: Replay, traced: true, framed: true},
+		{name: "record/untraced", mode: Record},
+		{name: "record/traced", mode: Record, traced: true},
+	}
+	for _, op := range []string{"write", "read"} {
+		for _, c := range cases {
+			b.Run(op+"/"+c.name, func(b *testing.B) {
+				sink := listen(b)
+				other := listen(b)
+				if c.mode != Off {
+					cfg := Config{Mode: c.mode, MockAddr: sink, Passthrough: []string{sink},
+						Recorder: nopRecorder{}, Logger: slog.New(slog.DiscardHandler)}
+					undo, err := Install(cfg)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer undo()
+				}
+				dst := sink
+				if c.framed {
+					dst = other
+				}
+				conn, err := net.Dial("tcp", dst)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer conn.Close()
+				p := make([]byte, 64)
+				if _, err := conn.Write(p); err != nil { // state, preamble
+					b.Fatal(err)
+				}
+				nc := (*netConn)(unsafe.Pointer(conn.(*net.TCPConn)))
+				l, _ := layout()
+				fake := *l
+				fake.fdWrite = func(fd unsafe.Pointer, p []byte) (int, error) {
+					if fd == nc.fd {
+						return len(p), nil
+					}
+					return l.fdWrite(fd, p)
+				}
+				fake.fdRead = func(fd unsafe.Pointer, p []byte) (int, error) {
+					if fd == nc.fd {
+						return len(p), nil
+					}
+					return l.fdRead(fd, p)
+				}
+				e := active.Load()
+				if e != nil {
+					e.l = &fake
+					defer func() { e.l = l }()
+				}
+				if c.traced {
+					defer trace.Bind(&trace.Trace{ID: "rt0123456789abcdef"})()
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					var err error
+					switch {
+					case op == "write" && e == nil:
+						_, err = fake.plainWrite(nc, p)
+					case op == "write":
+						_, err = connWrite(nc, p)
+					case e == nil:
+						_, err = fake.plainRead(nc, p)
+					default:
+						_, err = connRead(nc, p)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+func listen(b *testing.B) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	b.Cleanup(func() { ln.Close(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				_, _ = io.Copy(io.Discard, c)
+				c.Close()
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}

@@ -89,8 +89,8 @@ type connState struct {
 	rd      *stream    // inbound: the request parser
 	pending []byte     // parsed bytes that did not fit the reader's buffer
 
-	wmu      sync.Mutex // write side: wr, preamble, wbuf
-	wr       *stream    // outbound: strips the in-band Retrace-Trace-Id
+	wmu      sync.Mutex  // write side: wr, preamble, wbuf
+	wr       *stream     // outbound: strips the in-band Retrace-Trace-Id
 	preamble atomic.Bool // the preamble frame has been sent (set under wmu)
 	wbuf     []byte
 

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/retrace-dev/retrace/internal/testenv"
+)
+
+// runCmd runs one command line and returns its exit status and output.
+func runCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	p := &proc{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut, Getenv: func(string) string { return "" }}
+	code := run(context.Background(), p, args)
+	return code, out.String(), errOut.String()
+}
+
+func mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	code, out, errOut := runCmd(t, args...)
+	if code != 0 {
+		t.Fatalf("retrace %s: exit %d\n%s", strings.Join(args, " "), code, errOut)
+	}
+	return out
+}
+
+// loadDB creates a database of the test's own with an accounts table.
+func loadDB(t *testing.T) string {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(testenv.MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("retrace_cmdload_%d", time.Now().UnixNano()%1e9)
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec("DROP DATABASE " + name) })
+	cfg.DBName = name
+	cfg.MultiStatements = true
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("CREATE TABLE accounts (id INT PRIMARY KEY, level VARCHAR(8)); INSERT INTO accounts VALUES (1,'gold'),(2,'silver'),(3,'gold')"); err != nil {
+		t.Fatal(err)
+	}
+	cfg.MultiStatements = false
+	return cfg.FormatDSN()
+}
+
+// TestLoadPipelineV1AgainstV2 is the seed's migration: the same production
+// log, executed once through the V1 HTTP API and once as SQL on V2, in two
+// shards each, results in file:// object storage, compared per API.
+func TestLoadPipelineV1AgainstV2(t *testing.T) {
+	dsn := loadDB(t)
+	v1 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(2 * time.Millisecond)
+		fmt.Fprintf(w, `{"account":%q}`, r.URL.Query().Get("id"))
+	}))
+	defer v1.Close()
+
+	dir := t.TempDir()
+	base := time.Now().UTC().Truncate(time.Second).Add(-time.Hour)
+	var log strings.Builder
+	for i := range 60 {
+		api := "GetAccountLevel"
+		if i%3 == 0 {
+			api = "GetAccountList"
+		}
+		fmt.Fprintf(&log, `{"ts":%d,"req":{"method":"GET","path":"/v1/query?api=%s&id=%d"},"api":%q}`+"\n",
+			base.Add(time.Duration(i)*20*time.Millisecond).UnixMilli(), api, i%3+1, api)
+	}
+	log.WriteString("{truncated\n")
+	logFile := filepath.Join(dir, "prod.log")
+	if err := os.WriteFile(logFile, []byte(log.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := filepath.Join(dir, "v2.tmpl")
+	if err := os.WriteFile(tmpl, []byte(`{{if eq (.Param "api") "GetAccountList"}}SELECT id FROM accounts{{else}}SELECT level FROM accounts WHERE id = {{.Param "id" | sqlnum}}{{end}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	store := "file://" + filepath.ToSlash(dir) + "/bucket"
+
+	_, _, errOut := runCmd(t, "extract", "--from", logFile, "--format", "jsonl", "--time-field", "ts", "--method-field", "req.method",
+		"--url-field", "req.path", "--api-field", "api", "--out", store+"/requests.jsonl")
+	if !strings.Contains(errOut, "60 requests read, 60 written") || !strings.Contains(errOut, "prod.log:61") {
+		t.Fatalf("extract said: %s", errOut)
+	}
+	mustRun(t, "prepare", "--in", store+"/requests.jsonl", "--out", store+"/v1.jsonl")
+	mustRun(t, "prepare", "--in", store+"/requests.jsonl", "--template", tmpl, "--out", store+"/v2.jsonl")
+	for i := range 2 {
+		shard := fmt.Sprintf("%d/2", i)
+		mustRun(t, "load", "--input", store+"/v1.jsonl", "--target", v1.URL, "--speed", "4", "--shard", shard, "--out", store+"/v1", "--progress", "off")
+		mustRun(t, "load", "--input", store+"/v2.jsonl", "--target", "mysql://"+dsn, "--speed", "4", "--shard", shard, "--out", store+"/v2", "--progress", "off")
+	}
+	out := mustRun(t, "analyze", store+"/v1", "--compare", store+"/v2", "--format", "json", "--max-error-rate", "1%")
+	var rep struct {
+		Total      struct{ Count, Errors int64 }
+		APIs       []struct{ API string }
+		Candidate  struct{ Total struct{ Count, Errors int64 } }
+		Comparison struct{ APIs []struct{ API string } }
+		Violations []any
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if rep.Total.Count != 60 || rep.Total.Errors != 0 || rep.Candidate.Total.Count != 60 || rep.Candidate.Total.Errors != 0 {
+		t.Errorf("v1 %+v, v2 %+v; want 60 requests without errors each\n%s", rep.Total, rep.Candidate.Total, out)
+	}
+	if len(rep.Comparison.APIs) != 2 || len(rep.APIs) != 2 {
+		t.Errorf("compared APIs %+v, want GetAccountLevel and GetAccountList in both", rep.Comparison.APIs)
+	}
+
+	// A crossed threshold exits 1 and says which.
+	code, _, errOut := runCmd(t, "analyze", store+"/v1", "--compare", store+"/v2", "--max-p99", "1us")
+	if code != 1 || !strings.Contains(errOut, "p99") {
+		t.Errorf("analyze with an impossible p99: exit %d, %s", code, errOut)
+	}
+	code, html, _ := runCmd(t, "analyze", store+"/v2", "--format", "html")
+	if code != 0 || !strings.Contains(html, "<svg") || !strings.Contains(html, "GetAccountList") {
+		t.Errorf("html report: exit %d", code)
+	}
+}
+
+func TestLoadUsageErrors(t *testing.T) {
+	for name, args := range map[string][]string{
+		"no target":      {"load", "--input", "x.jsonl", "--out", "o"},
+		"bad mode":       {"load", "--input", "x", "--target", "http://127.0.0.1:1", "--out", "o", "--mode", "fast"},
+		"bad shard":      {"load", "--input", "x", "--target", "http://127.0.0.1:1", "--out", "o", "--shard", "2/2"},
+		"rate no rate":   {"load", "--input", "x", "--target", "http://127.0.0.1:1", "--out", "o", "--mode", "rate"},
+		"ramp no dur":    {"load", "--input", "x", "--target", "http://127.0.0.1:1", "--out", "o", "--mode", "rate", "--ramp", "1:5"},
+		"bad target":     {"load", "--input", "x", "--target", "ftp://h", "--out", "o"},
+		"analyze nodir":  {"analyze"},
+		"compare nodir":  {"analyze", "a", "--compare"},
+		"bad threshold":  {"analyze", "a", "--max-p99-increase", "lots"},
+		"bad format":     {"analyze", "a", "--format", "pdf"},
+		"extract nofrom": {"extract"},
+		"bad template":   {"prepare", "--template", "/nonexistent.tmpl"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if code, _, errOut := runCmd(t, args...); code != 2 || errOut == "" {
+				t.Errorf("exit %d, stderr %q; want 2 and a message", code, errOut)
+			}
+		})
+	}
+}

@@ -1,0 +1,179 @@
+package capture_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/retrace-dev/retrace/internal/testenv"
+	"github.com/retrace-dev/retrace/patches"
+	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/recording/capture"
+)
+
+// childEnv marks the test binary re-executed as a service with the agent
+// configured from the environment by package patches.
+const childEnv = "CAPTURE_TEST_CHILD"
+
+// runChild is the child's main: a service that reads a Redis key per
+// request; it prints its address, serves until standard input closes, then
+// stops the agent (which flushes the recorder) and exits.
+func runChild() int {
+	if err := patches.Err(); err != nil {
+		fmt.Println("agent off:", err)
+		return 1
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(testenv.RedisEnv)})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, err := rdb.Incr(r.Context(), "capture-child:"+r.URL.Query().Get("id")).Result()
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		fmt.Fprintf(w, `{"n":%d,"token":"%s"}`, v, r.Header.Get("Authorization"))
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Println(ln.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = srv.Shutdown(context.Background())
+	rdb.Close()
+	if err := patches.Stop(context.Background()); err != nil {
+		fmt.Println("stop:", err)
+		return 1
+	}
+	return 0
+}
+
+func TestRecordModeFromEnvironment(t *testing.T) {
+	redisAddr := testenv.RedisAddr(t)
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "mask.txt")
+	require.NoError(t, os.WriteFile(rules, []byte("header Authorization\nregex \"token\":\"[^\"]*\" \"token\":\"***\"\n"), 0o644))
+	rec := filepath.Join(dir, "rec")
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1", "RETRACE_MODE=record", "RETRACE_APP=child",
+		"RETRACE_RECORD=file://"+rec, "RETRACE_SAMPLE=1", "RETRACE_MASK="+rules, testenv.RedisEnv+"="+redisAddr)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	br := bufio.NewReader(stdout)
+	addr, err := br.ReadString('\n')
+	require.NoError(t, err)
+	addr = strings.TrimSpace(addr)
+	require.NotContains(t, addr, " ", "child: %s", addr)
+
+	c := &http.Client{Transport: &http.Transport{}}
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for i := range 5 {
+		req, err := http.NewRequest("GET", fmt.Sprintf("http://%s/?id=%d", addr, i), nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer secret-token")
+		if i == 0 {
+			req.Header.Set("traceparent", tp)
+		}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Contains(t, string(body), "secret-token", "the service itself sees the real header")
+	}
+	c.CloseIdleConnections()
+	require.NoError(t, stdin.Close())
+	rest, _ := io.ReadAll(br)
+	require.NoError(t, cmd.Wait(), "child: %s", rest)
+
+	st, err := recording.Open(context.Background(), rec)
+	require.NoError(t, err)
+	var got []*recording.Session
+	require.NoError(t, st.Scan(context.Background(), func(s *recording.Session) error {
+		got = append(got, s)
+		return nil
+	}))
+	require.Len(t, got, 5, "every request recorded and flushed at patches.Stop")
+	ids := map[string]bool{}
+	for _, s := range got {
+		ids[s.ID] = true
+		assert.Equal(t, "child", s.App)
+		assert.Contains(t, string(s.Inbound.Request), "Authorization: ***\r\n")
+		assert.NotContains(t, string(s.Inbound.Request)+string(s.Inbound.Response), "secret-token")
+		var redisCalls int
+		for _, call := range s.Calls {
+			if call.Proto == "redis" && !call.Setup {
+				redisCalls++
+				assert.Contains(t, string(call.Request), "incr")
+			}
+		}
+		assert.Equal(t, 1, redisCalls, "session %s: %+v", s.ID, s.Calls)
+	}
+	assert.True(t, ids["4bf92f3577b34da6a3ce929d0e0e4736"], "the traceparent's trace id names its session")
+}
+
+func TestFromEnvErrors(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	badRules := filepath.Join(dir, "bad-rules")
+	require.NoError(t, os.WriteFile(badRules, []byte("header Authorization\nredact everything\n"), 0o644))
+	tests := []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"bad sample", map[string]string{capture.EnvSample: "lots"}, "RETRACE_SAMPLE"},
+		{"sample out of range", map[string]string{capture.EnvSample: "2"}, "RETRACE_SAMPLE"},
+		{"missing mask file", map[string]string{capture.EnvMask: filepath.Join(dir, "nope")}, "RETRACE_MASK"},
+		{"bad mask rule", map[string]string{capture.EnvMask: badRules}, "bad-rules:2: unknown rule \"redact\""},
+		{"record into a file", map[string]string{capture.EnvRecord: filepath.Join(file, "sub")}, "RETRACE_RECORD"},
+		{"unknown scheme", map[string]string{capture.EnvRecord: "ftp://x"}, "RETRACE_RECORD"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			getenv := func(k string) string {
+				if v, ok := tc.env[k]; ok {
+					return v
+				}
+				if k == capture.EnvRecord {
+					return dir
+				}
+				return ""
+			}
+			_, _, err := capture.FromEnv(getenv, nil)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	_, stop, err := capture.FromEnv(func(k string) string {
+		if k == capture.EnvRecord {
+			return filepath.Join(dir, "new")
+		}
+		return ""
+	}, nil)
+	require.NoError(t, err)
+	assert.DirExists(t, filepath.Join(dir, "new"), "the directory is made at start")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, stop(ctx))
+}

@@ -22,6 +22,8 @@ import (
 	"github.com/retrace-dev/retrace/internal/testenv"
 	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/mockserver/mocktest"
+	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/recording/capture"
 	"github.com/retrace-dev/retrace/trace"
 	"go.uber.org/goleak"
 )
@@ -177,17 +179,18 @@ func TestReplayThroughAgent(t *testing.T) {
 		return
 	}
 
-	// Replay: the mock server, then the service under the agent.
 	srv := mocktest.NewServer(t, mockserver.Config{}, rec.Sessions()...)
-	sutLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &clients{prefix: "retrace-e2e-" + nonce, base: ds.URL,
+	replayThroughAgent(t, srv, redisAddr, dbName, "retrace-e2e-"+nonce, ds.URL, tid, want)
+}
+
+// newService returns the service under test: an HTTP handler doing work(i)
+// for GET /work?i=N, with fresh client pools that dial the real addresses.
+func newService(t *testing.T, redisAddr, dbName, prefix, base string) (*http.Server, *clients) {
+	c := &clients{prefix: prefix, base: base,
 		redis: goredis.NewClient(&goredis.Options{Addr: redisAddr, PoolSize: 8, MaxRetries: -1}),
 		db:    openDB(t, nil, dbName),
 		http:  &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}, Timeout: 10 * time.Second}}
-	sut := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		i, _ := strconv.Atoi(r.URL.Query().Get("i"))
 		s, err := c.work(r.Context(), i)
 		if err != nil {
@@ -195,7 +198,44 @@ func TestReplayThroughAgent(t *testing.T) {
 			return
 		}
 		io.WriteString(w, s)
-	})}
+	})}, c
+}
+
+// drive sends request i with the extra header hdr(i) from 128 concurrent
+// clients and returns the bodies.
+func drive(addr string, hdr func(i int) string) []string {
+	got := make([]string, traces)
+	var wg sync.WaitGroup
+	for i := range traces {
+		wg.Go(func() {
+			rc, err := agenttest.DialRaw(addr)
+			if err != nil {
+				got[i] = err.Error()
+				return
+			}
+			defer rc.Close()
+			code, body, err := rc.Get(fmt.Sprintf("/work?i=%d", i), hdr(i))
+			if err != nil || code != 200 {
+				got[i] = fmt.Sprintf("status %d: %s %v", code, body, err)
+				return
+			}
+			got[i] = string(body)
+		})
+	}
+	wg.Wait()
+	return got
+}
+
+// replayThroughAgent runs the service under the agent in replay mode with
+// every downstream answered by srv, replays the 128 requests concurrently
+// and checks they got their recorded answers.
+func replayThroughAgent(t *testing.T, srv *mockserver.Server, redisAddr, dbName, prefix, base string, tid func(int) string, want []string) {
+	t.Helper()
+	sutLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sut, c := newService(t, redisAddr, dbName, prefix, base) // base is closed by now: the mock answers for it
 	undo, err := hook.Install(hook.Config{Mode: hook.Replay, MockAddr: srv.Addr(), NoClock: true,
 		Passthrough: []string{sutLn.Addr().String(), strings.TrimPrefix(srv.AdminURL(), "http://")}})
 	if err != nil {
@@ -209,26 +249,7 @@ func TestReplayThroughAgent(t *testing.T) {
 		c.close()
 		undo()
 	}()
-
-	got := make([]string, traces)
-	var wg sync.WaitGroup
-	for i := range traces {
-		wg.Go(func() {
-			rc, err := agenttest.DialRaw(sutLn.Addr().String())
-			if err != nil {
-				got[i] = err.Error()
-				return
-			}
-			defer rc.Close()
-			code, body, err := rc.Get(fmt.Sprintf("/work?i=%d", i), "Retrace-Trace-Id: "+tid(i))
-			if err != nil || code != 200 {
-				got[i] = fmt.Sprintf("status %d: %s %v", code, body, err)
-				return
-			}
-			got[i] = string(body)
-		})
-	}
-	wg.Wait()
+	got := drive(sutLn.Addr().String(), func(i int) string { return "Retrace-Trace-Id: " + tid(i) })
 	for i := range traces {
 		if got[i] != want[i] {
 			t.Errorf("request %d: replay answered %q, recorded %q", i, got[i], want[i])
@@ -266,4 +287,82 @@ func TestReplayThroughAgent(t *testing.T) {
 			t.Errorf("trace %d: %d calls matched, want at least 7 (SET, GET, INCRBY, 2 queries, HTTP)", i, matched)
 		}
 	}
+}
+
+// TestRecordAndReplayThroughAgent records with the real agent in record
+// mode (recording/capture into a directory store), then replays through the
+// agent in replay mode against the mock server loaded from that directory.
+func TestRecordAndReplayThroughAgent(t *testing.T) {
+	ctx := context.Background()
+	redisAddr := testenv.RedisAddr(t)
+	dbName := scratchDB(t)
+	nonce := trace.NewID()[:8]
+	prefix := "retrace-e2e-rec-" + nonce
+	ds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "item %s %s", r.URL.Path, trace.NewID()[:8])
+	}))
+	tids := make([]string, traces)
+	for i := range tids {
+		tids[i] = trace.NewID()
+	}
+	tid := func(i int) string { return tids[i] }
+
+	dir := t.TempDir()
+	store, err := recording.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sampler, err := recording.NewSampler(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: sampler})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorder, err := capture.New(capture.Config{Pipeline: pipe, App: "e2e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sutLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	undo, err := hook.Install(hook.Config{Mode: hook.Record, Recorder: recorder})
+	if err != nil {
+		t.Fatalf("installing the agent: %v", err)
+	}
+	sut, c := newService(t, redisAddr, dbName, prefix, ds.URL)
+	var serveWG sync.WaitGroup
+	serveWG.Go(func() { sut.Serve(sutLn) })
+	want := drive(sutLn.Addr().String(), func(i int) string {
+		return fmt.Sprintf("traceparent: 00-%s-%016x-01", tids[i], i+1)
+	})
+	sut.Close()
+	serveWG.Wait()
+	c.close()
+	undo()
+	ds.Close()
+	if err := recorder.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(w, fmt.Sprintf("v%d-", i)) {
+			t.Fatalf("recording request %d: %s", i, w)
+		}
+	}
+
+	srv := mocktest.NewServer(t, mockserver.Config{})
+	rd, err := recording.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := srv.Load(ctx, rd.Scan)
+	rd.Close()
+	// The HTTP downstream runs in this process too: its requests are
+	// sessions of their own.
+	if err != nil || n != 2*traces {
+		t.Fatalf("loaded %d sessions (%v), want %d; recorder stats %+v", n, err, 2*traces, recorder.Stats())
+	}
+	replayThroughAgent(t, srv, redisAddr, dbName, prefix, ds.URL, tid, want)
 }

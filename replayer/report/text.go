@@ -22,7 +22,7 @@ func WriteText(w io.Writer, s *Summary) {
 		fmt.Fprintf(w, "%d sessions have differences the baseline shows too (not counted as failures)\n", s.Preexisting)
 	}
 	if len(s.APIs) > 0 {
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "API\tsessions\tpassed\tfailed\terrors\t")
 		for _, a := range s.APIs {
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t\n", a.API, a.Sessions, a.Passed, a.Failed, a.Errors)

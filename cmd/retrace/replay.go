@@ -120,7 +120,9 @@ func runReplay(ctx context.Context, p *proc, args []string) error {
 		}
 		rules = r
 	}
-	warn := func(format string, args ...any) { fmt.Fprintf(p.Stderr, "retrace replay: warning: "+format+"\n", args...) }
+	warn := func(format string, args ...any) {
+		fmt.Fprintf(p.Stderr, "retrace replay: warning: "+format+"\n", args...)
+	}
 	src, err := regress.OpenSource(ctx, *recordings, func(err error) { warn("%v", err) })
 	if err != nil {
 		return usageError("%v", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/retrace-dev/retrace/internal/testenv"
+	"github.com/retrace-dev/retrace/recording"
 )
 
 // runCmd runs one command line and returns its exit status and output.
@@ -162,5 +163,38 @@ func TestLoadUsageErrors(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want 2 and a message", code, errOut)
 			}
 		})
+	}
+}
+
+func TestExtractFromRecordingStore(t *testing.T) {
+	dir := t.TempDir()
+	st, err := recording.NewDirStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 29, 10, 15, 23, 0, time.UTC)
+	var ss []*recording.Session
+	for i := range 5 {
+		ss = append(ss, &recording.Session{ID: fmt.Sprintf("t%d", i), At: at.Add(time.Duration(5-i) * time.Second),
+			Inbound: recording.Inbound{Proto: "http", Request: []byte(fmt.Sprintf("GET /orders/%d HTTP/1.1\r\nHost: shop\r\n\r\n", i))}})
+	}
+	if err := st.Write(context.Background(), ss); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "req.jsonl")
+	_, _, errOut := runCmd(t, "extract", "--from", dir, "--since", at.Add(2*time.Second).Format(time.RFC3339), "--out", out)
+	if !strings.Contains(errOut, "5 requests read, 4 written, 1 outside the window") || !strings.Contains(errOut, "not in time order") {
+		t.Fatalf("extract said: %s", errOut)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[0], `"id":"t3"`) || !strings.Contains(lines[3], `"url":"/orders/0"`) {
+		t.Errorf("extracted:\n%s", b)
 	}
 }

@@ -176,33 +176,42 @@ func BenchmarkMockVsPlain(b *testing.B) {
 	b.ReportMetric(float64(mockH.ValueAtQuantile(99))/1e3, "mock-p99-µs")
 }
 
-// BenchmarkLoad100kSessions reports the heap that 100,000 loaded sessions
-// take (sessions and index), against the bytes of their payloads.
+// BenchmarkLoad100kSessions reports the heap of 100,000 decoded sessions
+// and what loading them into a server adds (the index), against the bytes
+// of their payloads.
 func BenchmarkLoad100kSessions(b *testing.B) {
 	const n = 100000
 	for range b.N {
+		var m0, m1, m2 runtime.MemStats
 		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
+		runtime.ReadMemStats(&m0)
+		payload := 0
+		sessions := make([]*recording.Session, n)
+		for i := range n {
+			req, resp := benchCall(i)
+			req2 := []byte(fmt.Sprintf("GET /users/%d HTTP/1.1\r\nHost: users\r\n\r\n", i))
+			resp2 := []byte(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nuser %04d", i%10000))
+			payload += len(req) + len(resp) + len(req2) + len(resp2)
+			sessions[i] = &recording.Session{V: 1, ID: fmt.Sprintf("session-%d", i), Calls: []recording.Call{
+				{Seq: 0, Proto: "redis", Dst: "10.0.0.7:6379", Request: req, Response: resp},
+				{Seq: 1, Proto: "http", Dst: "10.0.0.8:80", Request: req2, Response: resp2}}}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&m1)
 		srv, err := mockserver.New(mockserver.Config{Admin: "-"})
 		if err != nil {
 			b.Fatal(err)
 		}
-		payload := 0
-		for i := range n {
-			req, resp := benchCall(i)
-			req2, resp2 := []byte(fmt.Sprintf("GET /users/%d HTTP/1.1\r\nHost: users\r\n\r\n", i)), []byte(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nuser %04d", i%10000))
-			payload += len(req) + len(resp) + len(req2) + len(resp2)
-			srv.AddSession(&recording.Session{V: 1, ID: fmt.Sprintf("session-%d", i), Calls: []recording.Call{
-				{Seq: 0, Proto: "redis", Dst: "10.0.0.7:6379", Request: req, Response: resp},
-				{Seq: 1, Proto: "http", Dst: "10.0.0.8:80", Request: req2, Response: resp2}}})
+		if _, err := srv.Load(context.Background(), mockserver.SessionsSource(sessions...)); err != nil {
+			b.Fatal(err)
 		}
+		sessions = nil
 		runtime.GC()
-		runtime.ReadMemStats(&after)
-		heap := float64(after.HeapAlloc - before.HeapAlloc)
-		b.ReportMetric(heap/n, "heap-B/session")
+		runtime.ReadMemStats(&m2)
 		b.ReportMetric(float64(payload)/n, "payload-B/session")
-		b.ReportMetric(heap/float64(payload), "heap/payload")
+		b.ReportMetric(float64(m1.HeapAlloc-m0.HeapAlloc)/n, "sessions-B/session")
+		b.ReportMetric(float64(m2.HeapAlloc-m1.HeapAlloc)/n, "index-B/session")
+		b.ReportMetric(float64(m2.HeapAlloc-m0.HeapAlloc)/float64(payload), "heap/payload")
 		runtime.KeepAlive(srv)
 		srv.Close()
 	}

@@ -3,6 +3,7 @@ package mockserver_test
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/retrace-dev/retrace/internal/testenv"
 	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/mockserver/mocktest"
+	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
 )
 
@@ -262,3 +265,50 @@ func TestGenericProtocol(t *testing.T) {
 }
 
 func ctx() context.Context { return context.Background() }
+
+// A MySQL destination no recording knows gets the default greeting: the
+// driver connects, set-up is answered, and queries get error packets.
+func TestMySQLUnknownDestinationDefaultGreeting(t *testing.T) {
+	srv := mocktest.NewServer(t, mockserver.Config{})
+	d := &mocktest.Dialer{Mock: srv.Addr(), TID: "nobody"}
+	mysql.RegisterDialContext("retrace-unknown", func(ctx context.Context, addr string) (net.Conn, error) {
+		return d.DialContext(ctx, "tcp", addr)
+	})
+	db, err := sql.Open("mysql", "u:p@retrace-unknown(10.1.1.1:3306)/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Ping(); err != nil {
+		t.Fatalf("ping through the default greeting: %v", err)
+	}
+	var me *mysql.MySQLError
+	if err := db.QueryRow("SELECT 1").Scan(new(int)); !errors.As(err, &me) || !strings.Contains(me.Message, "resolves to no recording") {
+		t.Fatalf("query: %v", err)
+	}
+}
+
+// With Lookup, a recording is fetched when a trace first names it.
+func TestLookupFetchesRecordingsOnDemand(t *testing.T) {
+	ctx := context.Background()
+	sess, keys, vals := recordRedisGets(t, "lazy-1")
+	var lookups atomic.Int32
+	srv := mocktest.NewServer(t, mockserver.Config{Lookup: func(_ context.Context, id string) (*recording.Session, error) {
+		lookups.Add(1)
+		if id == sess.ID {
+			return sess, nil
+		}
+		return nil, nil
+	}})
+	c := replayRedis(t, srv.Addr(), testenv.RedisAddr(t), 1)
+	defer mocktest.Bind("lazy-1")()
+	for i := range keys {
+		c.Set(ctx, keys[i], vals[i], 0)
+	}
+	if v, err := c.Get(ctx, keys[0]).Result(); v != vals[0] {
+		t.Fatalf("GET: %q, %v", v, err)
+	}
+	if n := lookups.Load(); n != 1 {
+		t.Fatalf("%d lookups, want 1", n)
+	}
+}

@@ -117,7 +117,15 @@ func runMock(ctx context.Context, p *proc, args []string) error {
 	}
 	if !*lazy {
 		start := time.Now()
-		n, err := srv.Load(ctx, mockserver.Source(store.Scan))
+		n, err := srv.Load(ctx, func(ctx context.Context, yield func(*recording.Session) error) error {
+			seen := 0
+			return store.Scan(ctx, func(s *recording.Session) error {
+				if seen++; seen%50000 == 0 {
+					fmt.Fprintf(p.Stderr, "retrace mock: loading: %d sessions so far (%s)\n", seen, time.Since(start).Round(time.Millisecond))
+				}
+				return yield(s)
+			})
+		})
 		if err != nil {
 			return fmt.Errorf("loading %s: %w", *src, err)
 		}

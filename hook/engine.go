@@ -347,7 +347,9 @@ func (e *engine) bind(st *connState, tid string, replayTime time.Time) {
 		st.release = trace.Bind(t)
 		counters.bound.Add(1)
 	}
-	tp := new(string)
-	*tp = tid
-	st.curTID.Store(tp)
+	if e.cfg.Mode == Record { // only record mode reports responses by trace
+		tp := new(string)
+		*tp = tid
+		st.curTID.Store(tp)
+	}
 }

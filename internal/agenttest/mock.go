@@ -190,22 +190,28 @@ func (m *Mock) check(h trace.FrameHeader, p []byte, proto Proto) {
 	if len(p) == 0 {
 		return
 	}
-	ids := IDPattern.FindAll(p, -1)
+	tagged := false
+	var wrong []byte
+	eachID(p, func(id []byte) bool {
+		tagged = true
+		if string(id) != h.TID {
+			wrong = id
+			return false
+		}
+		return true
+	})
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.st.Frames++
 	if h.TID == "" {
 		m.st.Untraced++
 	}
-	if len(ids) > 0 {
+	if tagged {
 		m.st.Tagged++
 	}
-	for _, id := range ids {
-		if string(id) != h.TID {
-			m.st.Misattributed = append(m.st.Misattributed,
-				fmt.Sprintf("frame to %s with tid %q carries %s: %q", h.Dst, h.TID, id, clip(p)))
-			break
-		}
+	if wrong != nil {
+		m.st.Misattributed = append(m.st.Misattributed,
+			fmt.Sprintf("frame to %s with tid %q carries %s: %q", h.Dst, h.TID, wrong, clip(p)))
 	}
 	if proto == ProtoHTTP && bytes.Contains(bytes.ToLower(p), []byte("\nretrace-")) {
 		m.st.Leaks = append(m.st.Leaks, clip(p))

@@ -4,8 +4,8 @@
 # retrace side by side with vegeta in the same run; then the memory of
 # retrace while it streams a 10-million-request file.
 #
-#   scripts/bench-load.sh             ~10s per tool + the 10M-line file
-#   SECONDS_PER_TOOL=5 CONC=64 scripts/bench-load.sh
+#   scripts/bench-load.sh             2 rounds of 10s per tool, then the 10M-line file
+#   SECONDS_PER_TOOL=5 CONC=64 ROUNDS=3 BIG_LINES=1000000 scripts/bench-load.sh
 #
 # Everything runs on loopback; every process started here is stopped on exit.
 # vegeta is built from the Go module proxy into the scratch directory: it is
@@ -41,41 +41,47 @@ addr=$(head -1 "$work/addr")
 target="http://$addr"
 log "bench server on $target (core 0); generators on core 1, $CONC connections, ${SECONDS_PER_TOOL}s each"
 
-# cpu_of FILE: user+sys seconds and max RSS (KiB) from /usr/bin/time -f.
+# read_time FILE: user+sys seconds and max RSS (KiB) from /usr/bin/time -f.
 read_time() { awk '{print $1+$2, $3}' "$1"; }
 
-# --- vegeta -----------------------------------------------------------------
 echo "GET $target/bench" >"$work/targets.txt"
-/usr/bin/time -f '%U %S %M' -o "$work/vegeta.time" taskset -c 1 "$work/vegeta" attack -targets="$work/targets.txt" \
-	-rate=0 -max-workers="$CONC" -workers="$CONC" -duration="${SECONDS_PER_TOOL}s" -output="$work/vegeta.bin"
-"$work/vegeta" report -type=json "$work/vegeta.bin" >"$work/vegeta.json"
-read -r v_cpu v_rss < <(read_time "$work/vegeta.time")
-read -r v_n v_rate v_p50 v_p99 v_ok < <(python3 -c '
-import json,sys
-r=json.load(open(sys.argv[1]))
-print(r["requests"], "%.0f" % r["throughput"], "%.3f" % (r["latencies"]["50th"]/1e6), "%.3f" % (r["latencies"]["99th"]/1e6), "%.4f" % r["success"])
-' "$work/vegeta.json")
-
-# --- retrace ----------------------------------------------------------------
-# An input long enough for the run: the same request, one line each.
+# An input long enough for a run: the same request, one line each.
 n_in=$((SECONDS_PER_TOOL * 60000))
 awk -v n="$n_in" 'BEGIN{for(i=0;i<n;i++) print "{\"v\":1,\"at\":\"2026-11-29T10:00:00Z\",\"url\":\"/bench\"}"}' >"$work/requests.jsonl"
-/usr/bin/time -f '%U %S %M' -o "$work/retrace.time" taskset -c 1 "$work/retrace" load --input "$work/requests.jsonl" \
-	--target "$target" --mode max --concurrency "$CONC" --duration "${SECONDS_PER_TOOL}s" --progress off --out "$work/run" 2>"$work/retrace.log"
-"$work/retrace" analyze "$work/run" --format json >"$work/retrace.json"
-read -r r_cpu r_rss < <(read_time "$work/retrace.time")
-read -r r_n r_rate r_p50 r_p99 r_err < <(python3 -c '
-import json,sys
-t=json.load(open(sys.argv[1]))["total"]
-print(t["count"], "%.0f" % t["rate"], "%.3f" % t["p50_ms"], "%.3f" % t["p99_ms"], t["errors"])
-' "$work/retrace.json")
 
-printf '\n%-8s %10s %10s %14s %10s %10s %10s\n' tool requests "req/s" "cpu-ms/1k req" "p50 ms" "p99 ms" "maxrss MB"
-awk -v t=vegeta -v n="$v_n" -v r="$v_rate" -v c="$v_cpu" -v a="$v_p50" -v b="$v_p99" -v m="$v_rss" \
-	'BEGIN{printf "%-8s %10d %10d %14.1f %10s %10s %10.1f\n", t, n, r, c*1e6/n, a, b, m/1024}'
-awk -v t=retrace -v n="$r_n" -v r="$r_rate" -v c="$r_cpu" -v a="$r_p50" -v b="$r_p99" -v m="$r_rss" \
-	'BEGIN{printf "%-8s %10d %10d %14.1f %10s %10s %10.1f\n", t, n, r, c*1e6/n, a, b, m/1024}'
-echo "(vegeta success ratio $v_ok; retrace errors $r_err)"
+run_vegeta() { # round
+	/usr/bin/time -f '%U %S %M' -o "$work/vegeta.time" taskset -c 1 "$work/vegeta" attack -targets="$work/targets.txt" \
+		-rate=0 -max-workers="$CONC" -workers="$CONC" -duration="${SECONDS_PER_TOOL}s" -output="$work/vegeta.bin"
+	"$work/vegeta" report -type=json "$work/vegeta.bin" >"$work/vegeta.json"
+	read -r cpu rss < <(read_time "$work/vegeta.time")
+	python3 -c '
+import json,sys
+r=json.load(open(sys.argv[1])); n=r["requests"]
+print("%-8s %5s %10d %10.0f %14.1f %10.3f %10.3f %10.1f %8.4f" % ("vegeta", sys.argv[4], n, r["throughput"], float(sys.argv[2])*1e6/n,
+    r["latencies"]["50th"]/1e6, r["latencies"]["99th"]/1e6, int(sys.argv[3])/1024, 1-r["success"]))
+' "$work/vegeta.json" "$cpu" "$rss" "$1"
+}
+
+run_retrace() { # round
+	rm -rf "$work/run"
+	/usr/bin/time -f '%U %S %M' -o "$work/retrace.time" taskset -c 1 "$work/retrace" load --input "$work/requests.jsonl" \
+		--target "$target" --mode max --concurrency "$CONC" --duration "${SECONDS_PER_TOOL}s" --progress off --out "$work/run" 2>"$work/retrace.log"
+	"$work/retrace" analyze "$work/run" --format json >"$work/retrace.json"
+	read -r cpu rss < <(read_time "$work/retrace.time")
+	python3 -c '
+import json,sys
+t=json.load(open(sys.argv[1]))["total"]; n=t["count"]
+print("%-8s %5s %10d %10.0f %14.1f %10.3f %10.3f %10.1f %8.4f" % ("retrace", sys.argv[4], n, t["rate"], float(sys.argv[2])*1e6/n,
+    t["p50_ms"], t["p99_ms"], int(sys.argv[3])/1024, t["error_rate"]))
+' "$work/retrace.json" "$cpu" "$rss" "$1"
+}
+
+# Alternate the tools so that both see the same (shared) machine.
+printf '\n%-8s %5s %10s %10s %14s %10s %10s %10s %8s\n' tool round requests "req/s" "cpu-ms/1k req" "p50 ms" "p99 ms" "maxrss MB" "err"
+for round in $(seq "${ROUNDS:-2}"); do
+	run_vegeta "$round"
+	run_retrace "$round"
+done
 
 # --- memory on a 10M-request file -------------------------------------------
 log "writing a $BIG_LINES-line input (distinct URLs and bodies)"

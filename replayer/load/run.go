@@ -122,6 +122,12 @@ func Run(ctx context.Context, cfg Config, in *Reader) (*Results, error) {
 
 	start := time.Now()
 	if !cfg.StartAt.IsZero() {
+		// A start in the past would make the shard send its backlog at once
+		// and count the delay as latency: refuse it.
+		if late := start.Sub(cfg.StartAt); late > time.Second {
+			return nil, fmt.Errorf("load: start time %s passed %v ago (give a time ahead of all shards' start)",
+				cfg.StartAt.Format(time.RFC3339), late.Round(time.Second))
+		}
 		start = cfg.StartAt
 	}
 	start = start.Add(cfg.Shard.Offset(cfg.Stagger))

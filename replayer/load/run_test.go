@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -353,5 +354,22 @@ func TestStopsWhenCancelled(t *testing.T) {
 	res, err := Run(ctx, Config{Mode: ModeRate, Rate: 50, Executor: exec}, NewReader(input(t, numbered(1000, time.Unix(0, 0), 0)), "in"))
 	if err == nil || res == nil || res.Sent == 0 || res.Sent > 30 {
 		t.Errorf("cancelled run: err %v, results %+v", err, res)
+	}
+}
+
+func TestStartAtInThePastIsRefused(t *testing.T) {
+	_, err := Run(context.Background(), Config{Executor: nopExecutor{}, StartAt: time.Now().Add(-time.Minute)},
+		NewReader(bytes.NewBufferString(""), "in"))
+	if err == nil || !strings.Contains(err.Error(), "passed") {
+		t.Errorf("error %v", err)
+	}
+}
+
+func TestStartAtWaits(t *testing.T) {
+	at := time.Now().Add(300 * time.Millisecond)
+	res, err := Run(context.Background(), Config{Mode: ModeMax, Executor: nopExecutor{}, StartAt: at},
+		NewReader(input(t, numbered(3, time.Unix(0, 0), 0)), "in"))
+	if err != nil || res.Sent != 3 || time.Now().Before(at) || !res.Started.Equal(at) {
+		t.Errorf("sent %d, started %v (want %v), err %v", res.Sent, res.Started, at, err)
 	}
 }

@@ -186,11 +186,11 @@ func runReplay(ctx context.Context, p *proc, args []string) error {
 	runErr := regress.Run(ctx, cfg, func(r *regress.Result) {
 		rep.Add(r)
 		if bar != nil {
-			bar.Update(rep.Summary())
+			bar.Update(rep.Counts())
 		}
 	})
 	if bar != nil {
-		bar.Done(rep.Summary())
+		bar.Done(rep.Counts())
 	}
 	sum, err := rep.Close()
 	if runErr != nil {

@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // record runs the shop v1 against the real price service and records one
 // session per order, plus one GET /health.
-func record(t *testing.T) []*recording.Session {
+func record(t testing.TB) []*recording.Session {
 	t.Helper()
 	prices := replaytest.NewPrices(t)
 	rec := replaytest.NewRecorder(replaytest.Direct(replaytest.Addr(prices.URL)))

@@ -250,7 +250,15 @@ func (r *Report) api(name string) *apiTally {
 	return a
 }
 
-// Summary returns the tally so far.
+// Counts is the running tally, cheap to read after every result.
+type Counts struct{ Sessions, Passed, Failed, Errors int }
+
+// Counts returns the tally so far.
+func (r *Report) Counts() Counts {
+	return Counts{r.sum.Sessions, r.sum.Passed, r.sum.Failed, r.sum.Errors}
+}
+
+// Summary returns the tally so far, with the per-API table.
 func (r *Report) Summary() Summary {
 	s := r.sum
 	s.Started = r.started

@@ -262,3 +262,17 @@ func TestMemoryIsBounded(t *testing.T) {
 		t.Errorf("failed %d, details %d, refs %d, apis %d", s.Failed, s.DetailsShown, len(s.FailedSessions), len(s.APIs))
 	}
 }
+
+func TestProgress(t *testing.T) {
+	var b bytes.Buffer
+	p := report.NewProgress(&b, 10)
+	p.Update(report.Counts{Sessions: 5, Failed: 1})
+	p.Update(report.Counts{Sessions: 6, Failed: 1}) // throttled
+	p.Done(report.Counts{Sessions: 10, Failed: 2, Errors: 1})
+	out := b.String()
+	if !strings.Contains(out, "\r[###############---------------] 5/10  failed 1  errors 0") ||
+		strings.Contains(out, "6/10") || !strings.HasSuffix(strings.TrimRight(out, " \n"), "/s") ||
+		!strings.Contains(out, "[##############################] 10/10  failed 2  errors 1") {
+		t.Errorf("progress output %q", out)
+	}
+}

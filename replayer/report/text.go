@@ -72,18 +72,19 @@ func NewProgress(w io.Writer, total int) *Progress {
 	return &Progress{w: w, total: total, start: time.Now()}
 }
 
-// Update redraws the bar when enough time has passed.
-func (p *Progress) Update(s Summary) {
+// Update redraws the bar when enough time has passed; c is
+// Report.Counts.
+func (p *Progress) Update(c Counts) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if time.Since(p.last) < 100*time.Millisecond {
 		return
 	}
 	p.last = time.Now()
-	p.draw(s)
+	p.draw(c)
 }
 
-func (p *Progress) draw(s Summary) {
+func (p *Progress) draw(s Counts) {
 	const width = 30
 	rate := float64(s.Sessions) / time.Since(p.start).Seconds()
 	if p.total > 0 {
@@ -96,7 +97,7 @@ func (p *Progress) draw(s Summary) {
 }
 
 // Done draws the final state and ends the line.
-func (p *Progress) Done(s Summary) {
+func (p *Progress) Done(s Counts) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.draw(s)

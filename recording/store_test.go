@@ -227,3 +227,39 @@ func BenchmarkDirStoreWrite(b *testing.B) {
 		})
 	}
 }
+
+func TestSummarizeAndCopy(t *testing.T) {
+	ctx := context.Background()
+	src, err := NewDirStore(t.TempDir(), WithErrorHandler(func(error) {}))
+	require.NoError(t, err)
+	in := sessions(5, "y")
+	in[2].Calls[0].RequestTruncated = true
+	require.NoError(t, src.Write(ctx, in))
+	require.NoError(t, src.Close())
+	f, err := os.OpenFile(filepath.Join(src.Dir(), "sessions-20991231T000000Z-0001.jsonl"), os.O_CREATE|os.O_WRONLY, 0o644)
+	require.NoError(t, err)
+	_, _ = f.WriteString("{broken\n")
+	require.NoError(t, f.Close())
+
+	sum, err := Summarize(ctx, src)
+	require.NoError(t, err)
+	assert.Equal(t, 5, sum.Sessions)
+	assert.Equal(t, 10, sum.Calls)
+	assert.Equal(t, 5, sum.SetupCalls)
+	assert.Equal(t, map[string]int{"redis": 5, "mysql": 5}, sum.ByProto)
+	assert.Equal(t, map[string]int{"orders": 5}, sum.Apps)
+	assert.Equal(t, 5, sum.Truncated, "every sample session has a truncated call")
+	assert.EqualValues(t, 1, sum.Skipped)
+	assert.Equal(t, in[0].At, sum.First)
+	assert.Equal(t, in[4].At, sum.Last)
+	assert.Equal(t, "POST /orders HTTP/1.1", in[0].RequestLine())
+	assert.Equal(t, "HTTP/1.1 201 Created", in[0].StatusLine())
+
+	dst, err := Open(ctx, "mem://")
+	require.NoError(t, err)
+	n, err := Copy(ctx, dst, src)
+	require.NoError(t, err)
+	assert.Equal(t, 5, n)
+	assert.Equal(t, ids(in), scanIDs(t, dst))
+	require.NoError(t, dst.Close())
+}

@@ -16,6 +16,7 @@ type respFramer struct {
 	remaining int64 // body bytes left (stBody) or of the current chunk (stChunkData)
 	line      []byte
 	noBody    bool // the request was HEAD
+	interim   bool // a 1xx interim response has been seen
 }
 
 type frameState uint8
@@ -36,6 +37,10 @@ const maxHead = 64 << 10
 
 // done reports whether a complete final response has been seen.
 func (f *respFramer) done() bool { return f.state == stDone }
+
+// awaitingFinal reports whether only interim responses (100 Continue) have
+// been seen: the request may still be sending its body.
+func (f *respFramer) awaitingFinal() bool { return f.interim && f.state == stHead && len(f.head) == 0 }
 
 // feed consumes p and reports whether the response is complete. Bytes after
 // the end of the response are ignored.
@@ -139,6 +144,7 @@ func (f *respFramer) endHead() {
 		f.state = stDone // switched protocols: what follows is not HTTP
 		return
 	case code >= 100 && code < 200:
+		f.interim = true
 		return // interim: the final response follows
 	case code == 204 || code == 304 || f.noBody:
 		f.state = stDone

@@ -68,7 +68,9 @@ func (r *Recorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
 	}
 	oc.wrote = true
 	cur := oc.cur
-	if cur != nil && cur.resp.n == 0 && cur.tid == tid {
+	// The same call goes on while nothing has answered it yet, or while
+	// an HTTP request that got "100 Continue" sends its body.
+	if cur != nil && cur.tid == tid && (cur.resp.n == 0 || oc.proto == protoHTTP && cur.framer.awaitingFinal()) {
 		if cur.keep {
 			cur.req.add(p, r.max)
 		}

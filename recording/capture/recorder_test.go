@@ -137,6 +137,21 @@ func TestHTTPResponseBeforeItsRequestIsReported(t *testing.T) {
 	}, reqs(out.byID(a)))
 }
 
+func TestExpectContinueIsOneCall(t *testing.T) {
+	r, out := newTestRecorder(t, 1, -1)
+	a := request(t, r, inConn, trace.RequestHead{}, func(tid string) {
+		r.OutboundWrite(htConn, tid, []byte("POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n"))
+		r.OutboundRead(htConn, []byte("HTTP/1.1 100 Continue\r\n\r\n"))
+		r.OutboundWrite(htConn, tid, []byte("x"))
+		r.OutboundRead(htConn, []byte("HTTP/1.1 204 No Content\r\n\r\n"))
+		r.OutboundWrite(htConn, tid, []byte("GET / HTTP/1.1\r\n\r\n"))
+	})
+	settle(t, r)
+	calls := reqs(out.byID(a))
+	require.Len(t, calls, 2)
+	assert.Equal(t, `http "POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\nx" → "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n"`, calls[0])
+}
+
 func TestSetupKeptWithFirstSession(t *testing.T) {
 	r, out := newTestRecorder(t, 1, -1)
 	greeting := "\x2a\x00\x00\x00\x0a5.5.5-10.11-MariaDB\x00" + strings.Repeat("x", 22)

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/retrace-dev/retrace/recording"
+)
+
+func writeRecordings(t *testing.T, dir string) {
+	t.Helper()
+	st, err := recording.NewDirStore(dir)
+	require.NoError(t, err)
+	at := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	for i, id := range []string{"a1", "b2"} {
+		require.NoError(t, st.Write(context.Background(), []*recording.Session{{ID: id, App: "orders", At: at.Add(time.Duration(i) * time.Second),
+			Inbound: recording.Inbound{Proto: "http", Request: []byte("GET /x HTTP/1.1\r\n\r\n"), Response: []byte("HTTP/1.1 200 OK\r\n\r\n"), DurNs: 1500},
+			Calls:   []recording.Call{{Proto: "redis", Dst: "127.0.0.1:6379", Request: []byte("*1\r\n$4\r\nPING\r\n"), Response: []byte("+PONG\r\n"), Setup: true}}}}))
+	}
+	require.NoError(t, st.Close())
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sessions-20991231T000000Z-0001.jsonl"), []byte("{bad\n"), 0o644))
+}
+
+func runRecordingsCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	p := &proc{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}
+	code := run(context.Background(), p, append([]string{"recordings"}, args...))
+	return code, out.String(), errb.String()
+}
+
+func TestRecordingsCommand(t *testing.T) {
+	dir := t.TempDir()
+	writeRecordings(t, dir)
+
+	code, out, errs := runRecordingsCmd(t, dir)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "sessions  2 (2026-11-29T10:00:00Z … 2026-11-29T10:00:01Z)")
+	assert.Contains(t, out, "calls     2 (2 set-up)")
+	assert.Contains(t, out, "skipped   1 lines")
+	assert.Contains(t, errs, "sessions-20991231T000000Z-0001.jsonl:1: skipped", "bad lines are reported with file and line")
+
+	code, out, _ = runRecordingsCmd(t, "--json", dir)
+	require.Equal(t, 0, code)
+	var sum recording.Summary
+	require.NoError(t, json.Unmarshal([]byte(out), &sum))
+	assert.Equal(t, 2, sum.Sessions)
+
+	code, out, _ = runRecordingsCmd(t, "--list", dir)
+	require.Equal(t, 0, code)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2)
+	assert.Contains(t, lines[0], "a1  GET /x HTTP/1.1")
+	assert.Contains(t, lines[0], "HTTP/1.1 200 OK")
+
+	code, out, _ = runRecordingsCmd(t, "--id", "b2", "file://"+dir)
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, `"id": "b2"`)
+
+	dst := filepath.Join(t.TempDir(), "copy")
+	code, out, errs = runRecordingsCmd(t, "--copy", dst, "--gzip", dir)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "copied 2 sessions")
+	files, _ := filepath.Glob(filepath.Join(dst, "sessions-*.jsonl.gz"))
+	assert.Len(t, files, 1)
+}
+
+func TestRecordingsCommandErrors(t *testing.T) {
+	dir := t.TempDir()
+	writeRecordings(t, dir)
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no source", nil, 2, "want one recordings source"},
+		{"two modes", []string{"--list", "--id", "x", dir}, 2, "exclude each other"},
+		{"unknown id", []string{"--id", "zz", dir}, 1, `session not found: id "zz"`},
+		{"bad store", []string{"nosuch://x"}, 1, "nosuch"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errs := runRecordingsCmd(t, tc.args...)
+			assert.Equal(t, tc.code, code)
+			assert.Contains(t, errs, tc.want)
+		})
+	}
+}

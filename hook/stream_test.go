@@ -1,0 +1,124 @@
+package hook
+
+import (
+	"bytes"
+	"regexp"
+	"testing"
+
+	"github.com/retrace-dev/retrace/trace"
+)
+
+// feedAll runs data through a stream in chunks cut at the given sizes and
+// returns what the parser output and what attribute handed on, with the
+// traces of the pieces.
+func feedAll(data []byte, cuts []byte) (outs, emitted []byte, tids []string, s *stream) {
+	s = newStream()
+	for len(data) > 0 {
+		n := len(data)
+		if len(cuts) > 0 {
+			n = min(int(cuts[0])%64+1, len(data))
+			cuts = cuts[1:]
+		}
+		wasIdle := s.p.Idle()
+		out := s.feed(data[:n])
+		data = data[n:]
+		outs = append(outs, out...)
+		for i := range s.events {
+			s.events[i].tid = s.events[i].head.TraceID
+		}
+		s.attribute(out, wasIdle, func() string { return "fallback" }, func(tid string, b []byte) {
+			emitted = append(emitted, b...)
+			tids = append(tids, tid)
+		})
+	}
+	return outs, emitted, tids, s
+}
+
+// feedChunks feeds the chunks in order and returns the parser's output and
+// the pieces attribute handed on, with their traces and lengths.
+func feedChunks(chunks [][]byte) (outs, emitted []byte, tids []string, lens []int) {
+	s := newStream()
+	for _, chunk := range chunks {
+		wasIdle := s.p.Idle()
+		out := s.feed(chunk)
+		outs = append(outs, out...)
+		for i := range s.events {
+			s.events[i].tid = s.events[i].head.TraceID
+		}
+		s.attribute(out, wasIdle, func() string { return "fallback" }, func(tid string, b []byte) {
+			emitted = append(emitted, b...)
+			tids = append(tids, tid)
+			lens = append(lens, len(b))
+		})
+	}
+	return outs, emitted, tids, lens
+}
+
+// TestStreamChargesWholeRequests: on a keep-alive stream of requests, each
+// written in small chunks (as a client writes one request at a time),
+// every piece handed on belongs to one request and is charged to that
+// request's trace, including heads split across chunks.
+func TestStreamChargesWholeRequests(t *testing.T) {
+	reqs := []struct{ tid, text string }{
+		{"rtaaaaaaaaaaaaaaaa", "GET /rtaaaaaaaaaaaaaaaa HTTP/1.1\r\nHost: x\r\nRetrace-Trace-Id: rtaaaaaaaaaaaaaaaa\r\nX-Long: " + string(bytes.Repeat([]byte("rtaaaaaaaaaaaaaaaa "), 20)) + "\r\n\r\n"},
+		{"rtbbbbbbbbbbbbbbbb", "POST /rtbbbbbbbbbbbbbbbb HTTP/1.1\r\nRetrace-Trace-Id: rtbbbbbbbbbbbbbbbb\r\nContent-Length: 38\r\n\r\nrtbbbbbbbbbbbbbbbb rtbbbbbbbbbbbbbbbb\n"},
+		{"rtcccccccccccccccc", "GET /rtcccccccccccccccc HTTP/1.1\r\nHost: y\r\nretrace-trace-id: rtcccccccccccccccc\r\nTransfer-Encoding: chunked\r\n\r\n13\r\nrtcccccccccccccccc\n\r\n0\r\n\r\n"},
+	}
+	for size := 1; size < 400; size += 7 {
+		var chunks [][]byte
+		for _, r := range reqs {
+			for text := []byte(r.text); len(text) > 0; {
+				n := min(size, len(text))
+				chunks = append(chunks, text[:n])
+				text = text[n:]
+			}
+		}
+		outs, emitted, tids, lens := feedChunks(chunks)
+		if !bytes.Equal(outs, emitted) {
+			t.Fatalf("chunks of %d: emitted %q, parser output %q", size, emitted, outs)
+		}
+		if bytes.Contains(bytes.ToLower(outs), []byte("retrace-")) {
+			t.Fatalf("chunks of %d: header not stripped: %q", size, outs)
+		}
+		// Each piece names only its own trace.
+		pos := 0
+		for i, tid := range tids {
+			piece := emitted[pos : pos+lens[i]]
+			pos += lens[i]
+			for _, id := range idRE.FindAll(piece, -1) {
+				if string(id) != tid {
+					t.Fatalf("chunks of %d: piece %q charged to %s", size, piece, tid)
+				}
+			}
+		}
+	}
+}
+
+var idRE = regexp.MustCompile(`rt[a-z]{16}`)
+
+// FuzzStream: however a stream is cut, attribute hands on exactly the
+// parser's output, in order, nothing lost or doubled, and holds back at
+// most holdLimit bytes.
+func FuzzStream(f *testing.F) {
+	f.Add([]byte("GET / HTTP/1.1\r\nRetrace-Trace-Id: rt0123456789abcdef\r\nHost: x\r\n\r\n"), []byte{3, 1, 4, 1, 5})
+	f.Add([]byte("POST /a HTTP/1.1\r\nContent-Length: 5\r\nRetrace-Trace-Id: a\r\n\r\nhelloGET /b HTTP/1.1\r\nretrace-x: 1\r\n\r\n"), []byte{0, 0, 0, 9, 63})
+	f.Add([]byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"), []byte{1})
+	f.Add([]byte("GET /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"), []byte{2, 7})
+	f.Fuzz(func(t *testing.T, data, cuts []byte) {
+		outs, emitted, _, s := feedAll(data, cuts)
+		held := s.held
+		if !s.holding {
+			held = nil
+		}
+		if len(held) > holdLimit {
+			t.Fatalf("holding %d bytes", len(held))
+		}
+		if got := append(append([]byte(nil), emitted...), held...); !bytes.Equal(got, outs) {
+			t.Fatalf("emitted+held %q != parser output %q", got, outs)
+		}
+		var whole trace.InboundParser
+		if ref := whole.Feed(nil, data, nil); !bytes.Equal(ref, outs) {
+			t.Fatalf("chunked output %q != whole output %q", outs, ref)
+		}
+	})
+}

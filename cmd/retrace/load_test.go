@@ -18,6 +18,7 @@ import (
 
 	"github.com/retrace-dev/retrace/internal/testenv"
 	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/replayer/load"
 )
 
 // runCmd runs one command line and returns its exit status and output.
@@ -196,5 +197,22 @@ func TestExtractFromRecordingStore(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if len(lines) != 4 || !strings.Contains(lines[0], `"id":"t3"`) || !strings.Contains(lines[3], `"url":"/orders/0"`) {
 		t.Errorf("extracted:\n%s", b)
+	}
+}
+
+func TestProgressPrinter(t *testing.T) {
+	pg := load.Progress{Elapsed: 2500 * time.Millisecond, Sent: 120, Done: 118, Errors: 2, Rate: 47.5, P99: 12340 * time.Microsecond}
+	var live, logged bytes.Buffer
+	newProgressPrinter(&live, "live").print(pg)
+	newProgressPrinter(&logged, "auto").print(pg) // not a terminal: log lines
+	if s := live.String(); !strings.HasPrefix(s, "\r\033[K") || strings.Contains(s, "\n") ||
+		!strings.Contains(s, "sent 120") || !strings.Contains(s, "errors 2 (1.69%)") || !strings.Contains(s, "rate 47.5/s") || !strings.Contains(s, "p99 12.34ms") {
+		t.Errorf("live line %q", s)
+	}
+	if s := logged.String(); !strings.HasPrefix(s, "load: ") || !strings.HasSuffix(s, "\n") {
+		t.Errorf("log line %q", s)
+	}
+	if newProgressPrinter(&live, "off") != nil {
+		t.Error("--progress off prints")
 	}
 }

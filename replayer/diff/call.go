@@ -16,7 +16,9 @@ import (
 //   - "redis": the command arguments; paths "args[i]", or "cmd[n].args[i]"
 //     for pipelines
 //   - "mysql": the SQL of COM_QUERY and COM_STMT_PREPARE with white space
-//     normalised, path "sql"; other commands as bytes
+//     normalised, path "sql"; for statement commands (execute, close, …)
+//     the statement id, path "stmt_id", apart from the parameters, path
+//     "params"; a different command, path "command"
 //   - anything else, or bytes that do not parse: path "bytes"
 func (r *Rules) CompareCalls(api, proto, dst string, want, got []byte) []Difference {
 	if bytes.Equal(want, got) {
@@ -39,13 +41,9 @@ func (r *Rules) CompareCalls(api, proto, dst string, want, got []byte) []Differe
 			}
 		}
 	case "mysql":
-		if w, ok := mysqlSQL(want); ok {
-			if g, ok := mysqlSQL(got); ok {
-				c.push(keySeg("sql"))
-				if w != g && !c.v.ignored(c.path) {
-					c.add(Changed, w, g, "")
-				}
-				c.pop()
+		if w, ok := parseMySQL(want); ok {
+			if g, ok := parseMySQL(got); ok {
+				c.mysql(w, g)
 				return c.result()
 			}
 		}
@@ -116,8 +114,10 @@ func (c *collector) redis(want, got [][]string) {
 }
 
 // bytes reports where two opaque payloads first differ.
-func (c *collector) bytes(want, got []byte) {
-	c.push(keySeg("bytes"))
+func (c *collector) bytes(want, got []byte) { c.bytesAt("bytes", want, got) }
+
+func (c *collector) bytesAt(name string, want, got []byte) {
+	c.push(keySeg(name))
 	defer c.pop()
 	if c.v.ignored(c.path) {
 		return
@@ -179,27 +179,85 @@ func respInt(b []byte) (int, []byte, bool) {
 	return n, b[i+2:], true
 }
 
-// MySQL command bytes whose payload is SQL text.
+// MySQL command bytes compared field by field.
 const (
-	comQuery       = 0x03
-	comStmtPrepare = 0x16
+	comQuery         = 0x03
+	comStmtPrepare   = 0x16
+	comStmtExecute   = 0x17
+	comStmtSendLong  = 0x18
+	comStmtClose     = 0x19
+	comStmtReset     = 0x1a
+	mysqlHeaderBytes = 4
 )
 
-// mysqlSQL returns the normalised SQL of a payload that is exactly one
-// COM_QUERY or COM_STMT_PREPARE packet.
-func mysqlSQL(b []byte) (string, bool) {
-	if len(b) < 5 {
-		return "", false
+// mysqlCommand is one client command packet.
+type mysqlCommand struct {
+	cmd     byte
+	sql     string // COM_QUERY, COM_STMT_PREPARE: normalised SQL
+	stmtID  uint32 // statement commands
+	hasStmt bool
+	rest    []byte // the payload after the command byte (and statement id)
+}
+
+// parseMySQL parses a payload that is exactly one client command packet.
+func parseMySQL(b []byte) (*mysqlCommand, bool) {
+	if len(b) < mysqlHeaderBytes+1 {
+		return nil, false
 	}
 	n := int(b[0]) | int(b[1])<<8 | int(b[2])<<16
-	if n+4 != len(b) || n == 0 {
-		return "", false
+	if n+mysqlHeaderBytes != len(b) {
+		return nil, false
 	}
-	p := b[4:]
-	if p[0] != comQuery && p[0] != comStmtPrepare {
-		return "", false
+	p := b[mysqlHeaderBytes:]
+	m := &mysqlCommand{cmd: p[0], rest: p[1:]}
+	switch m.cmd {
+	case comQuery, comStmtPrepare:
+		m.sql = NormalizeSQL(string(p[1:]))
+	case comStmtExecute, comStmtSendLong, comStmtClose, comStmtReset:
+		if len(p) < 5 {
+			return nil, false
+		}
+		m.stmtID, m.hasStmt = uint32(p[1])|uint32(p[2])<<8|uint32(p[3])<<16|uint32(p[4])<<24, true
+		m.rest = p[5:]
 	}
-	return NormalizeSQL(string(p[1:])), true
+	return m, true
+}
+
+// mysql compares two commands: paths "command", "sql", "stmt_id" (the
+// statement id, assigned per connection by the server) and "params" (the
+// rest of a statement command, as bytes).
+func (c *collector) mysql(w, g *mysqlCommand) {
+	if w.cmd != g.cmd {
+		c.push(keySeg("command"))
+		if !c.v.ignored(c.path) {
+			c.add(Changed, fmt.Sprintf("0x%02x", w.cmd), fmt.Sprintf("0x%02x", g.cmd), "")
+		}
+		c.pop()
+		return
+	}
+	switch w.cmd {
+	case comQuery, comStmtPrepare:
+		c.push(keySeg("sql"))
+		if w.sql != g.sql && !c.v.ignored(c.path) {
+			c.add(Changed, w.sql, g.sql, "")
+		}
+		c.pop()
+		return
+	}
+	if w.hasStmt {
+		c.push(keySeg("stmt_id"))
+		if w.stmtID != g.stmtID && !c.v.ignored(c.path) {
+			c.add(Changed, strconv.FormatUint(uint64(w.stmtID), 10), strconv.FormatUint(uint64(g.stmtID), 10), "")
+		}
+		c.pop()
+		if !bytes.Equal(w.rest, g.rest) {
+			c.bytesAt("params", w.rest, g.rest)
+		}
+		return
+	}
+	if !bytes.Equal(w.rest, g.rest) {
+		c.bytesAt("bytes", w.rest, g.rest)
+	}
 }
 
 // NormalizeSQL collapses runs of white space outside quotes into one

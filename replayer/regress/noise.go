@@ -142,19 +142,17 @@ func (r *runner) probe(ctx context.Context, w *worker, s *recording.Session, run
 // downstreamNoise compares the calls of two replays that matched the same
 // recorded call.
 func (r *runner) downstreamNoise(api string, a, b *attempt, comment string) []diff.Rule {
-	byMatch := map[int][]byte{}
-	for _, c := range a.report.Calls {
-		if !c.Setup && c.Matched >= 0 {
-			byMatch[c.Matched] = c.Request
-		}
-	}
+	byMatch := joinByMatch(a.report.Calls)
+	other := joinByMatch(b.report.Calls)
 	var out []diff.Rule
+	done := map[int]bool{}
 	for _, c := range b.report.Calls {
 		prev, ok := byMatch[c.Matched]
-		if c.Setup || c.Matched < 0 || !ok {
+		if c.Setup || c.Matched < 0 || !ok || done[c.Matched] {
 			continue
 		}
-		for _, d := range r.cfg.Rules.CompareCalls(api, c.Proto, c.Dst, prev, c.Request) {
+		done[c.Matched] = true
+		for _, d := range r.cfg.Rules.CompareCalls(api, c.Proto, c.Dst, prev, other[c.Matched]) {
 			if d.Path == "…" {
 				continue
 			}

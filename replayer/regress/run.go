@@ -384,6 +384,8 @@ func downstream(rules *diff.Rules, api string, s *recording.Session, rep *mockse
 			calls = append(calls, cd)
 		}
 	}
+	joined := joinByMatch(rep.Calls)
+	done := map[int]bool{}
 	for _, oc := range rep.Calls {
 		if oc.Setup {
 			continue
@@ -406,9 +408,12 @@ func downstream(rules *diff.Rules, api string, s *recording.Session, rep *mockse
 			d := diff.Difference{Path: "call", Kind: diff.Added, Got: ref.Summary, Note: note}
 			cd.Diffs = []diff.Difference{d}
 			out = append(out, Finding{Difference: d, Where: InDownstream, Call: ref})
+		case done[oc.Matched]:
+			continue // compared with the first call of its group
 		default:
-			cd.Recorded = rc.Request
-			cd.Diffs = rules.CompareCalls(api, oc.Proto, oc.Dst, rc.Request, oc.Request)
+			done[oc.Matched] = true
+			cd.Recorded, cd.Replayed = rc.Request, joined[oc.Matched]
+			cd.Diffs = rules.CompareCalls(api, oc.Proto, oc.Dst, rc.Request, cd.Replayed)
 			for _, d := range cd.Diffs {
 				out = append(out, Finding{Difference: d, Where: InDownstream, Call: ref})
 			}
@@ -425,6 +430,21 @@ func downstream(rules *diff.Rules, api string, s *recording.Session, rep *mockse
 		keep(CallDetail{CallRef: *ref, Recorded: u.Request, Diffs: []diff.Difference{d}})
 	}
 	return out, calls
+}
+
+// joinByMatch concatenates, in order of arrival, the requests that matched
+// the same recorded call. The mock server answers a recorded Redis pipeline
+// (one write of several commands) command by command, so each command is
+// an observed call matched to the same recorded call: together they are
+// what the recording holds.
+func joinByMatch(calls []mockserver.ObservedCall) map[int][]byte {
+	out := map[int][]byte{}
+	for _, c := range calls {
+		if !c.Setup && c.Matched >= 0 {
+			out[c.Matched] = append(out[c.Matched], c.Request...)
+		}
+	}
+	return out
 }
 
 // classify splits the candidate's findings: one the baseline shows too,

@@ -32,11 +32,26 @@ type seenRequest struct {
 // (1 makes every byte boundary a split between reads), and answers each
 // with the head it read, its body, and the trace bound at that point.
 func startByteServer(t *testing.T, readSize int) string {
+	addr, _ := startByteServerStop(t, readSize)
+	return addr
+}
+
+// startByteServerStop is startByteServer with a stop function that closes
+// the listener and waits for every connection's goroutine to end (each
+// closes its connection when its client does).
+func startByteServerStop(t *testing.T, readSize int) (string, func()) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	conns := map[net.Conn]bool{}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			ln.Close()
+			wg.Wait()
+		})
+	}
 	t.Cleanup(func() {
 		ln.Close()
 		mu.Lock()
@@ -44,7 +59,7 @@ func startByteServer(t *testing.T, readSize int) string {
 			c.Close()
 		}
 		mu.Unlock()
-		wg.Wait()
+		stop()
 	})
 	wg.Add(1)
 	go func() {
@@ -60,12 +75,17 @@ func startByteServer(t *testing.T, readSize int) string {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				defer c.Close()
+				defer func() {
+					mu.Lock()
+					delete(conns, c)
+					mu.Unlock()
+					c.Close()
+				}()
 				serveBytes(c, readSize)
 			}()
 		}
 	}()
-	return ln.Addr().String()
+	return ln.Addr().String(), stop
 }
 
 func serveBytes(c net.Conn, readSize int) {
@@ -216,4 +236,40 @@ func TestInboundSplitEverywhere(t *testing.T) {
 		require.Equal(t, want, sr.Head, "cut at %d", cut)
 		require.Equal(t, id, sr.TID, "cut at %d", cut)
 	}
+}
+
+// TestNoGrowth: after many traced requests on many keep-alive connections,
+// once the connections are closed the agent tracks no connection and no
+// binding is left: memory does not grow with requests served.
+func TestNoGrowth(t *testing.T) {
+	addr, stop := startByteServerStop(t, 4096)
+	install(t, hook.Config{Mode: hook.Replay, MockAddr: "127.0.0.1:9", Passthrough: []string{addr}, Logger: discardLogger()})
+	boundBefore, before := trace.Bound(), hook.ReadStats()
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rc, err := agenttest.DialRaw(addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer rc.Close()
+			for range 50 {
+				id := agenttest.NewID()
+				if _, _, err := rc.Get("/g", "Retrace-Trace-Id: "+id); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	stop() // every server connection has seen EOF and been closed
+	st := hook.ReadStats()
+	require.GreaterOrEqual(t, st.ConnsSeen-before.ConnsSeen, int64(32))
+	require.Equal(t, int64(16*50), st.Traced-before.Traced)
+	require.Zero(t, st.Conns, "connections still tracked")
+	require.Equal(t, boundBefore, trace.Bound(), "bindings left")
 }

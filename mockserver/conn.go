@@ -2,11 +2,13 @@ package mockserver
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +36,12 @@ type conn struct {
 
 	up     net.Conn // real destination for untraced requests, dialled on demand
 	upAddr string
+
+	// lastHead is the previous frame's header up to its length digits, with
+	// its trace and destination: a pooled connection's frames mostly repeat
+	// it, and recognising it saves decoding (and allocating) both strings.
+	lastHead         []byte
+	lastTID, lastDst string
 
 	rdl, wdl time.Time                         // read and write deadlines in force
 	counters map[counterKey]prometheus.Counter // this connection's metric children
@@ -116,7 +124,10 @@ func (c *conn) readFrame() (trace.FrameHeader, error) {
 			started = true
 			c.armRead(time.Now())
 		}
-		h, n, perr := trace.ParseFrameHeader(b)
+		if buf := c.br.Buffered(); buf > len(b) {
+			b, _ = c.br.Peek(min(buf, trace.MaxFrameHeader)) // all that is buffered: never blocks
+		}
+		h, n, perr := c.parseHeader(b)
 		if perr == nil {
 			if h.Len > cfg.MaxFrame {
 				return h, fmt.Errorf("%w: %d > %d bytes (destination %s)", trace.ErrFrameTooLong, h.Len, cfg.MaxFrame, h.Dst)
@@ -348,4 +359,26 @@ func (c *conn) count(vec *prometheus.CounterVec, label string) {
 type counterKey struct {
 	vec   *prometheus.CounterVec
 	label string
+}
+
+// parseHeader decodes the frame header at the start of b like
+// trace.ParseFrameHeader, taking a shortcut when the header repeats the
+// previous one but for its length.
+func (c *conn) parseHeader(b []byte) (trace.FrameHeader, int, error) {
+	if p := len(c.lastHead); p > 0 && bytes.HasPrefix(b, c.lastHead) {
+		n, q := 0, p
+		for q < len(b) && q-p < 18 && b[q] >= '0' && b[q] <= '9' {
+			n = n*10 + int(b[q]-'0')
+			q++
+		}
+		if q > p && (b[p] != '0' || q-p == 1) && q+3 <= len(b) && string(b[q:q+3]) == "}*/" {
+			return trace.FrameHeader{TID: c.lastTID, Dst: c.lastDst, Len: n}, q + 3, nil
+		}
+	}
+	h, n, err := trace.ParseFrameHeader(b)
+	if err == nil {
+		c.lastHead = append(c.lastHead[:0], b[:n-len("}*/")-len(strconv.Itoa(h.Len))]...)
+		c.lastTID, c.lastDst = h.TID, h.Dst
+	}
+	return h, n, err
 }

@@ -1,7 +1,10 @@
 package mockserver_test
 
 import (
+	"encoding/json"
+	"io"
 	"net"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -61,4 +64,51 @@ func FuzzConnStream(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRepeatedHeadersShortcut sends frames whose headers repeat but for the
+// length, one byte per write so headers arrive in pieces: each must decode
+// as the full decoder would.
+func TestRepeatedHeadersShortcut(t *testing.T) {
+	const dst = "10.0.0.4:9000"
+	sess := &recording.Session{V: 1, ID: "rep", Calls: []recording.Call{
+		{Seq: 0, Proto: "raw", Dst: dst, Request: []byte("hi"), Response: []byte("hello")},
+		{Seq: 1, Proto: "raw", Dst: dst, Request: []byte("hi"), Response: []byte("howdy")},
+		{Seq: 2, Proto: "raw", Dst: dst, Request: make([]byte, 10), Response: []byte("zeros")},
+	}}
+	srv := mocktest.NewServer(t, mockserver.Config{Admin: "-", Strategies: []mockserver.Strategy{"hamming"}}, sess)
+	stream := trace.AppendFrameHeader(nil, "rep", dst, 0)
+	stream = trace.AppendFrame(stream, "rep", dst, []byte("hi"))
+	stream = trace.AppendFrame(stream, "rep", dst, []byte("hi"))     // the same header
+	stream = trace.AppendFrame(stream, "rep", dst, make([]byte, 10)) // a longer length
+	stream = trace.AppendFrame(stream, "other", dst, []byte("hi"))   // another trace: no recording
+	c, err := net.Dial("tcp", srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range stream {
+		if _, err := c.Write(stream[i : i+1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, _ := io.ReadAll(c) // the last frame's missing mock closes the connection
+	if string(got) != "hellohowdyzeros" {
+		t.Fatalf("answers %q, want %q", got, "hellohowdyzeros")
+	}
+	var r mockserver.TraceReport
+	getJSONHandler(t, srv, "/traces/other", &r)
+	if len(r.Calls) != 1 || r.Calls[0].Matched != -1 {
+		t.Fatalf("trace other: %+v", r.Calls)
+	}
+}
+
+func getJSONHandler(t *testing.T, srv *mockserver.Server, path string, v any) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+	if err := json.Unmarshal(rec.Body.Bytes(), v); err != nil {
+		t.Fatalf("GET %s: %v: %s", path, err, rec.Body.Bytes())
+	}
 }

@@ -74,8 +74,10 @@ func (e *engine) redirect(fd int, sa syscall.Sockaddr, errp *error) (to syscall.
 		e.connects.set(fd, "")
 		return nil, true
 	}
-	e.connects.set(fd, ap.String())
+	dst := ap.String()
+	e.connects.set(fd, dst)
 	counters.redirected.Add(1)
+	e.debugOnce("redirect:"+dst, "redirecting connections to the mock server", "dst", dst, "mock", mock.String())
 	return to, true
 }
 

@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -53,6 +54,18 @@ func (e *engine) reportOnce(key, msg string, args ...any) {
 		return
 	}
 	e.log.Error("retrace: "+msg, args...)
+}
+
+// debugOnce logs msg at debug level the first time key is seen, when debug
+// logging is on (the check keeps the common path free of the map).
+func (e *engine) debugOnce(key, msg string, args ...any) {
+	if !e.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	if _, dup := e.reported.LoadOrStore(key, true); dup {
+		return
+	}
+	e.log.Debug("retrace: "+msg, args...)
 }
 
 // recovered counts and reports (once per place) a panic caught in a hook.

@@ -3,6 +3,7 @@ package diff
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -41,9 +42,9 @@ func (r *Rules) CompareCalls(api, proto, dst string, want, got []byte) []Differe
 			}
 		}
 	case "mysql":
-		if w, ok := parseMySQL(want); ok {
-			if g, ok := parseMySQL(got); ok {
-				c.mysql(w, g)
+		if w, ok := parseMySQLPackets(want); ok {
+			if g, ok := parseMySQLPackets(got); ok {
+				c.mysqlPackets(w, g)
 				return c.result()
 			}
 		}
@@ -187,6 +188,7 @@ const (
 	comStmtSendLong  = 0x18
 	comStmtClose     = 0x19
 	comStmtReset     = 0x1a
+	comQuit          = 0x01
 	mysqlHeaderBytes = 4
 )
 
@@ -199,16 +201,78 @@ type mysqlCommand struct {
 	rest    []byte // the payload after the command byte (and statement id)
 }
 
-// parseMySQL parses a payload that is exactly one client command packet.
-func parseMySQL(b []byte) (*mysqlCommand, bool) {
-	if len(b) < mysqlHeaderBytes+1 {
+// parseMySQLPackets parses a payload of whole client command packets and
+// leaves out COM_STMT_CLOSE and COM_QUIT: they only end a statement or a
+// connection, and when a driver sends them depends on its pool, not on
+// the request.
+func parseMySQLPackets(b []byte) ([]*mysqlCommand, bool) {
+	var out []*mysqlCommand
+	for len(b) > 0 {
+		if len(b) < mysqlHeaderBytes+1 {
+			return nil, false
+		}
+		n := int(b[0]) | int(b[1])<<8 | int(b[2])<<16
+		if n == 0 || n+mysqlHeaderBytes > len(b) {
+			return nil, false
+		}
+		m, ok := parseMySQL(b[mysqlHeaderBytes : mysqlHeaderBytes+n])
+		if !ok {
+			return nil, false
+		}
+		if m.cmd != comStmtClose && m.cmd != comQuit {
+			out = append(out, m)
+		}
+		b = b[mysqlHeaderBytes+n:]
+	}
+	return out, true
+}
+
+// Insignificant reports whether a downstream request carries nothing to
+// compare: MySQL packets that only close statements or the connection.
+// A recorded call like that which a replay never made is not a
+// difference.
+func Insignificant(proto string, req []byte) bool {
+	if proto != "mysql" {
+		return false
+	}
+	cmds, ok := parseMySQLPackets(req)
+	return ok && len(cmds) == 0
+}
+
+func (c *collector) mysqlPackets(want, got []*mysqlCommand) {
+	if len(want) == 1 && len(got) == 1 {
+		c.mysql(want[0], got[0])
+		return
+	}
+	for i := 0; i < len(want) || i < len(got); i++ {
+		c.push(keySeg("packet"))
+		c.push(idxSeg(i))
+		switch {
+		case c.v.ignored(c.path):
+		case i >= len(got):
+			c.add(Removed, mysqlSummary(want[i]), "", "")
+		case i >= len(want):
+			c.add(Added, "", mysqlSummary(got[i]), "")
+		default:
+			c.mysql(want[i], got[i])
+		}
+		c.pop()
+		c.pop()
+	}
+}
+
+func mysqlSummary(m *mysqlCommand) string {
+	if m.sql != "" {
+		return m.sql
+	}
+	return fmt.Sprintf("command 0x%02x", m.cmd)
+}
+
+// parseMySQL parses the payload of one client command packet.
+func parseMySQL(p []byte) (*mysqlCommand, bool) {
+	if len(p) == 0 {
 		return nil, false
 	}
-	n := int(b[0]) | int(b[1])<<8 | int(b[2])<<16
-	if n+mysqlHeaderBytes != len(b) {
-		return nil, false
-	}
-	p := b[mysqlHeaderBytes:]
 	m := &mysqlCommand{cmd: p[0], rest: p[1:]}
 	switch m.cmd {
 	case comQuery, comStmtPrepare:
@@ -250,14 +314,165 @@ func (c *collector) mysql(w, g *mysqlCommand) {
 			c.add(Changed, strconv.FormatUint(uint64(w.stmtID), 10), strconv.FormatUint(uint64(g.stmtID), 10), "")
 		}
 		c.pop()
-		if !bytes.Equal(w.rest, g.rest) {
-			c.bytesAt("params", w.rest, g.rest)
+		if bytes.Equal(w.rest, g.rest) {
+			return
 		}
+		if w.cmd == comStmtExecute {
+			if wp, ok := executeParams(w.rest); ok {
+				if gp, ok := executeParams(g.rest); ok && len(wp) == len(gp) {
+					c.params(wp, gp)
+					return
+				}
+			}
+		}
+		c.bytesAt("params", w.rest, g.rest)
 		return
 	}
 	if !bytes.Equal(w.rest, g.rest) {
 		c.bytesAt("bytes", w.rest, g.rest)
 	}
+}
+
+func (c *collector) params(want, got []string) {
+	c.push(keySeg("params"))
+	defer c.pop()
+	for i := range want {
+		c.push(idxSeg(i))
+		if want[i] != got[i] && !c.v.ignored(c.path) {
+			c.add(Changed, want[i], got[i], "")
+		}
+		c.pop()
+	}
+}
+
+// executeParams decodes the parameter values of a COM_STMT_EXECUTE payload
+// (after the statement id): flags, iteration count, NULL bitmap, the
+// new-params-bound flag, the types and the values. The packet does not say
+// how many parameters there are, so the smallest count whose layout uses
+// every byte exactly is taken. Values are rendered as text (NULL, numbers,
+// quoted strings, dates). ok is false when no count fits or the types were
+// not sent (bound earlier on the connection).
+func executeParams(b []byte) ([]string, bool) {
+	if len(b) < 5 {
+		return nil, false
+	}
+	b = b[5:] // flags, iteration count
+	if len(b) == 0 {
+		return []string{}, true
+	}
+	for n := 1; n <= 1024 && (n+7)/8+1+2*n <= len(b); n++ {
+		if vals, ok := decodeParams(b, n); ok {
+			return vals, true
+		}
+	}
+	return nil, false
+}
+
+func decodeParams(b []byte, n int) ([]string, bool) {
+	nb := (n + 7) / 8
+	bitmap, rest := b[:nb], b[nb:]
+	if rest[0] != 1 {
+		return nil, false
+	}
+	types, vals := rest[1:1+2*n], rest[1+2*n:]
+	out := make([]string, n)
+	for i := 0; i < n; i++ {
+		if bitmap[i/8]&(1<<(i%8)) != 0 {
+			out[i] = "NULL"
+			continue
+		}
+		t, unsigned := types[2*i], types[2*i+1]&0x80 != 0
+		v, size, ok := decodeValue(t, unsigned, vals)
+		if !ok {
+			return nil, false
+		}
+		out[i], vals = v, vals[size:]
+	}
+	return out, len(vals) == 0
+}
+
+// decodeValue decodes one binary-protocol value of MySQL type t.
+func decodeValue(t byte, unsigned bool, b []byte) (string, int, bool) {
+	fixed := func(n int) ([]byte, bool) { return b[:min(n, len(b))], len(b) >= n }
+	le := func(p []byte) uint64 {
+		var v uint64
+		for i := len(p) - 1; i >= 0; i-- {
+			v = v<<8 | uint64(p[i])
+		}
+		return v
+	}
+	switch t {
+	case 0x01: // TINY
+		p, ok := fixed(1)
+		if unsigned {
+			return strconv.FormatUint(le(p), 10), 1, ok
+		}
+		return strconv.FormatInt(int64(int8(le(p))), 10), 1, ok
+	case 0x02, 0x0d: // SHORT, YEAR
+		p, ok := fixed(2)
+		if unsigned || t == 0x0d {
+			return strconv.FormatUint(le(p), 10), 2, ok
+		}
+		return strconv.FormatInt(int64(int16(le(p))), 10), 2, ok
+	case 0x03, 0x09: // LONG, INT24
+		p, ok := fixed(4)
+		if unsigned {
+			return strconv.FormatUint(le(p), 10), 4, ok
+		}
+		return strconv.FormatInt(int64(int32(le(p))), 10), 4, ok
+	case 0x08: // LONGLONG
+		p, ok := fixed(8)
+		if unsigned {
+			return strconv.FormatUint(le(p), 10), 8, ok
+		}
+		return strconv.FormatInt(int64(le(p)), 10), 8, ok
+	case 0x04: // FLOAT
+		p, ok := fixed(4)
+		return strconv.FormatFloat(float64(math.Float32frombits(uint32(le(p)))), 'g', -1, 32), 4, ok
+	case 0x05: // DOUBLE
+		p, ok := fixed(8)
+		return strconv.FormatFloat(math.Float64frombits(le(p)), 'g', -1, 64), 8, ok
+	case 0x07, 0x0a, 0x0c, 0x0b: // TIMESTAMP, DATE, DATETIME, TIME
+		if len(b) == 0 {
+			return "", 0, false
+		}
+		n := int(b[0])
+		if len(b) < 1+n {
+			return "", 0, false
+		}
+		return fmt.Sprintf("time(%x)", b[1:1+n]), 1 + n, true
+	case 0x0f, 0xf5, 0xf6, 0xf7, 0xf8, 0xf9, 0xfa, 0xfb, 0xfc, 0xfd, 0xfe: // strings, blobs, decimal, JSON
+		l, hdr, ok := lenEnc(b)
+		if !ok || uint64(len(b)-hdr) < l {
+			return "", 0, false
+		}
+		return strconv.Quote(string(b[hdr : hdr+int(l)])), hdr + int(l), true
+	case 0x06: // NULL
+		return "NULL", 0, true
+	}
+	return "", 0, false
+}
+
+// lenEnc decodes a length-encoded integer.
+func lenEnc(b []byte) (uint64, int, bool) {
+	if len(b) == 0 {
+		return 0, 0, false
+	}
+	switch c := b[0]; {
+	case c < 0xfb:
+		return uint64(c), 1, true
+	case c == 0xfc && len(b) >= 3:
+		return uint64(b[1]) | uint64(b[2])<<8, 3, true
+	case c == 0xfd && len(b) >= 4:
+		return uint64(b[1]) | uint64(b[2])<<8 | uint64(b[3])<<16, 4, true
+	case c == 0xfe && len(b) >= 9:
+		var v uint64
+		for i := 8; i >= 1; i-- {
+			v = v<<8 | uint64(b[i])
+		}
+		return v, 9, true
+	}
+	return 0, 0, false
 }
 
 // NormalizeSQL collapses runs of white space outside quotes into one

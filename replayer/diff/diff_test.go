@@ -194,6 +194,30 @@ func mysqlPacket(cmd byte, sql string) string {
 	return string([]byte{byte(n), byte(n >> 8), byte(n >> 16), 0, cmd}) + sql
 }
 
+// execute renders a COM_STMT_EXECUTE payload (after the command byte)
+// binding a BIGINT and a string.
+func execute(n int64, s string) string {
+	var b []byte
+	b = append(b, 1, 0, 0, 0)    // statement id
+	b = append(b, 0, 1, 0, 0, 0) // flags, iteration count
+	b = append(b, 0, 1)          // NULL bitmap, new params bound
+	b = append(b, 0x08, 0, 0xfe, 0)
+	for i := 0; i < 8; i++ {
+		b = append(b, byte(n>>(8*i)))
+	}
+	b = append(b, byte(len(s)))
+	return string(append(b, s...))
+}
+
+func TestInsignificant(t *testing.T) {
+	if !Insignificant("mysql", []byte(mysqlPacket(0x19, "\x01\x00\x00\x00")+mysqlPacket(0x01, ""))) {
+		t.Error("COM_STMT_CLOSE + COM_QUIT is significant")
+	}
+	if Insignificant("mysql", []byte(mysqlPacket(0x03, "SELECT 1"))) || Insignificant("redis", []byte("")) {
+		t.Error("a query is insignificant")
+	}
+}
+
 func httpReq(method, target, headers, body string) string {
 	return fmt.Sprintf("%s %s HTTP/1.1\r\nHost: stock:80\r\n%sContent-Length: %d\r\n\r\n%s", method, target, headers, len(body), body)
 }
@@ -222,6 +246,13 @@ func TestCompareCalls(t *testing.T) {
 		{"mysql execute statement id", nil, "mysql", mysqlPacket(0x17, "\x01\x00\x00\x00\x00"), mysqlPacket(0x17, "\x02\x00\x00\x00\x00"), "stmt_id changed", ""},
 		{"mysql statement id ignored", []Rule{{Ignore: "stmt_id"}}, "mysql", mysqlPacket(0x19, "\x01\x00\x00\x00"), mysqlPacket(0x19, "\x02\x00\x00\x00"), "", ""},
 		{"mysql command changed", nil, "mysql", mysqlPacket(0x03, "SELECT 1"), mysqlPacket(0x16, "SELECT 1"), "command changed", ""},
+		{"mysql close before prepare", nil, "mysql", mysqlPacket(0x19, "\x01\x00\x00\x00") + mysqlPacket(0x16, "SELECT ?"),
+			mysqlPacket(0x19, "\x09\x00\x00\x00") + mysqlPacket(0x16, "SELECT  ?"), "", ""},
+		{"mysql two packets", nil, "mysql", mysqlPacket(0x03, "SET a=1") + mysqlPacket(0x03, "SELECT 1"),
+			mysqlPacket(0x03, "SET a=1") + mysqlPacket(0x03, "SELECT 2"), "packet[1].sql changed", ""},
+		{"mysql execute values", nil, "mysql", mysqlPacket(0x17, execute(7, "DE")), mysqlPacket(0x17, execute(8, "DE")), "params[0] changed", "7 → 8"},
+		{"mysql execute string value", nil, "mysql", mysqlPacket(0x17, execute(7, "DE")), mysqlPacket(0x17, execute(7, "FR")), "params[1] changed", `"DE" → "FR"`},
+		{"mysql execute value ignored", []Rule{{Ignore: "params[1]"}}, "mysql", mysqlPacket(0x17, execute(7, "DE")), mysqlPacket(0x17, execute(7, "FR")), "", ""},
 		{"mysql other command", nil, "mysql", mysqlPacket(0x02, "db1"), mysqlPacket(0x02, "db2"), "bytes changed", ""},
 		{"mysql short execute", nil, "mysql", mysqlPacket(0x17, "\x01"), mysqlPacket(0x17, "\x02"), "bytes changed", ""},
 		{"http json body", nil, "http", httpReq("POST", "/stock", "Content-Type: application/json\r\n", `{"sku":"a","qty":1}`),

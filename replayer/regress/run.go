@@ -395,7 +395,7 @@ func downstream(rules *diff.Rules, api string, s *recording.Session, rep *mockse
 		rc := bySeq[oc.Matched]
 		switch {
 		case oc.Matched < 0 || rc == nil:
-			if rules.Ignores(api, diff.ScopeDownstream, oc.Dst, "call") {
+			if rules.Ignores(api, diff.ScopeDownstream, oc.Dst, "call") || diff.Insignificant(oc.Proto, oc.Request) {
 				continue
 			}
 			note := "no recorded call matched"
@@ -421,7 +421,7 @@ func downstream(rules *diff.Rules, api string, s *recording.Session, rep *mockse
 		keep(cd)
 	}
 	for _, u := range rep.Unused {
-		if u.Setup || rules.Ignores(api, diff.ScopeDownstream, u.Dst, "call") {
+		if u.Setup || rules.Ignores(api, diff.ScopeDownstream, u.Dst, "call") || diff.Insignificant(u.Proto, u.Request) {
 			continue
 		}
 		ref := &CallRef{Seq: -1, Matched: u.Seq, Proto: u.Proto, Dst: u.Dst, Summary: summarize(u.Proto, u.Request)}

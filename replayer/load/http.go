@@ -133,7 +133,10 @@ func (e *HTTPExecutor) newRequest(ctx context.Context, r *Request) (*http.Reques
 		body := r.Body
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
-	return req.WithContext(ctx), nil
+	if ctx.Done() != nil { // a context that can end; Run's cannot, and a copy of the request costs an allocation
+		req = req.WithContext(ctx)
+	}
+	return req, nil
 }
 
 // connHeaders are not sent as recorded: Host sets the request's host, the

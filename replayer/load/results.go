@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	hdr "github.com/HdrHistogram/hdrhistogram-go"
@@ -143,7 +144,11 @@ type recorder struct {
 
 	sec       int64 // Unix second of the open time-series line; 0 before the first event
 	secHist   *hdr.Histogram
-	secSent   int64
+	// sends counts sends since the last closed second without taking mu;
+	// closing a second takes it as that second's "sent". A close happens at
+	// the first completion after the second ends, so a send is attributed
+	// to the second in which it happened, give or take that moment.
+	sends     atomic.Int64
 	secCount  int64
 	secErrors int64
 	ts        *json.Encoder // nil: no time series
@@ -167,12 +172,7 @@ func newRecorder(ts, errs io.Writer, shard string) *recorder {
 }
 
 // sent counts a send in the time series.
-func (r *recorder) sent(now time.Time) {
-	r.mu.Lock()
-	r.advance(now.Unix())
-	r.secSent++
-	r.mu.Unlock()
-}
+func (r *recorder) sent() { r.sends.Add(1) }
 
 // done records a completed request: latency d from its intended time.
 func (r *recorder) done(api string, now time.Time, d time.Duration, o Outcome) {
@@ -216,7 +216,7 @@ func (r *recorder) advance(sec int64) {
 
 func (r *recorder) flushSecond() {
 	if r.ts != nil && r.tsErr == nil {
-		line := Second{V: ResultsVersion, T: r.sec, Sent: r.secSent, Count: r.secCount, Errors: r.secErrors}
+		line := Second{V: ResultsVersion, T: r.sec, Sent: r.sends.Swap(0), Count: r.secCount, Errors: r.secErrors}
 		if r.secCount > 0 {
 			line.P50Ms = Millis(r.secHist.ValueAtQuantile(50))
 			line.P99Ms = Millis(r.secHist.ValueAtQuantile(99))
@@ -228,7 +228,7 @@ func (r *recorder) flushSecond() {
 		}
 	}
 	r.secHist.Reset()
-	r.secSent, r.secCount, r.secErrors = 0, 0, 0
+	r.secCount, r.secErrors = 0, 0
 }
 
 // failed writes a failed request to errors.jsonl.

@@ -284,7 +284,7 @@ func (r *run) worker() {
 			r.late.Add(1)
 		}
 		r.sent.Add(1)
-		r.rec.sent(sentAt)
+		r.rec.sent()
 		o := r.cfg.Executor.Execute(r.reqCtx, j.req)
 		now := time.Now()
 		d := now.Sub(intended)

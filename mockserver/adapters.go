@@ -22,13 +22,13 @@ type adapter interface {
 	// means more bytes are needed; interim, when not nil, is sent at once.
 	next(buf []byte) (r request, n int, interim []byte, err error)
 	// reply turns the recorded answer to r into the bytes to send.
-	reply(r *request, resp []byte) []byte
+	reply(r request, resp []byte) []byte
 	// synth answers a request the adapter handles itself (r.local) or a
 	// set-up request no recording answered.
-	synth(r *request) []byte
+	synth(r request) []byte
 	// missing is the protocol's error answer for a request no recording
 	// answered.
-	missing(r *request, reason string) []byte
+	missing(r request, reason string) []byte
 }
 
 var (
@@ -87,30 +87,33 @@ func (a *httpAdapter) next(buf []byte) (request, int, []byte, error) {
 	return r, n, nil, nil
 }
 
-func (a *httpAdapter) reply(_ *request, resp []byte) []byte {
+func (a *httpAdapter) reply(_ request, resp []byte) []byte {
 	if a.answered {
 		return httpproto.StripContinue(resp)
 	}
 	return resp
 }
 
-func (a *httpAdapter) synth(*request) []byte {
+func (a *httpAdapter) synth(request) []byte {
 	return httpproto.ErrorResponse(502, "retrace: no recorded answer")
 }
 
-func (a *httpAdapter) missing(_ *request, reason string) []byte {
+func (a *httpAdapter) missing(_ request, reason string) []byte {
 	return httpproto.ErrorResponse(502, "retrace: "+reason)
 }
 
 // ---- Redis ----
 
-type redisAdapter struct{ max int }
+type redisAdapter struct {
+	max  int
+	args [][]byte // reused: a live request's arguments live only while it is answered
+}
 
 func (a *redisAdapter) proto() string    { return protoRedis }
 func (a *redisAdapter) greeting() []byte { return nil }
 
 func (a *redisAdapter) next(buf []byte) (request, int, []byte, error) {
-	args, n, err := redis.ParseCommand(buf, a.max)
+	args, n, err := redis.AppendCommand(a.args[:0], buf, a.max)
 	if err != nil {
 		return request{}, 0, nil, err
 	}
@@ -120,12 +123,13 @@ func (a *redisAdapter) next(buf []byte) (request, int, []byte, error) {
 		}
 		return request{}, 0, nil, nil
 	}
+	a.args = args
 	return redisRequest(buf[:n], args), n, nil, nil
 }
 
-func (a *redisAdapter) reply(_ *request, resp []byte) []byte { return resp }
+func (a *redisAdapter) reply(_ request, resp []byte) []byte { return resp }
 
-func (a *redisAdapter) synth(r *request) []byte {
+func (a *redisAdapter) synth(r request) []byte {
 	args, _, err := redis.ParseCommand(r.raw, len(r.raw))
 	if err != nil {
 		return redis.Error("retrace: unparsable set-up command")
@@ -133,7 +137,7 @@ func (a *redisAdapter) synth(r *request) []byte {
 	return redis.SetupReply(args)
 }
 
-func (a *redisAdapter) missing(_ *request, reason string) []byte {
+func (a *redisAdapter) missing(_ request, reason string) []byte {
 	return redis.Error("retrace: " + reason)
 }
 
@@ -196,7 +200,7 @@ func (a *mysqlAdapter) next(buf []byte) (request, int, []byte, error) {
 	return r, n, nil, nil
 }
 
-func (a *mysqlAdapter) reply(r *request, resp []byte) []byte {
+func (a *mysqlAdapter) reply(r request, resp []byte) []byte {
 	if bytes.HasPrefix([]byte(r.op), []byte("PREPARE ")) {
 		if _, ok := mysql.StmtID(resp); ok {
 			a.nextID++
@@ -207,14 +211,14 @@ func (a *mysqlAdapter) reply(r *request, resp []byte) []byte {
 	return mysql.Resequence(resp, a.lastSeq+1)
 }
 
-func (a *mysqlAdapter) synth(r *request) []byte {
+func (a *mysqlAdapter) synth(r request) []byte {
 	if r.noReply {
 		return nil
 	}
 	return mysql.OK(a.lastSeq + 1)
 }
 
-func (a *mysqlAdapter) missing(r *request, reason string) []byte {
+func (a *mysqlAdapter) missing(r request, reason string) []byte {
 	if r.noReply {
 		return nil
 	}
@@ -231,9 +235,9 @@ func (rawAdapter) greeting() []byte { return nil }
 func (rawAdapter) next(buf []byte) (request, int, []byte, error) {
 	return rawRequest(buf), len(buf), nil, nil
 }
-func (rawAdapter) reply(_ *request, resp []byte) []byte { return resp }
-func (rawAdapter) synth(*request) []byte                { return nil }
-func (rawAdapter) missing(*request, string) []byte      { return nil }
+func (rawAdapter) reply(_ request, resp []byte) []byte { return resp }
+func (rawAdapter) synth(request) []byte                { return nil }
+func (rawAdapter) missing(request, string) []byte      { return nil }
 
 // protoFor returns the protocol to speak with dst: what its recordings say,
 // else MySQL for the MySQL port (the server speaks first, so there is

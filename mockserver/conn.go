@@ -243,14 +243,14 @@ func (c *conn) answer(r *request) (closeAfter bool) {
 	reason := ""
 	switch {
 	case r.local:
-		out = c.ad.synth(r)
+		out = c.ad.synth(*r)
 		oc.Matched, oc.Strategy, oc.Synthesized = 0, "setup", true
 	case r.setup:
 		if a, ok := s.idx.answerSetup(c.dst, r); ok {
-			out = c.ad.reply(r, a.resp)
+			out = c.ad.reply(*r, a.resp)
 			oc.Matched, oc.Strategy, oc.Score = a.seq, "setup", 1
 		} else {
-			out = c.ad.synth(r)
+			out = c.ad.synth(*r)
 			oc.Matched, oc.Strategy, oc.Synthesized = 0, "setup", true
 		}
 	case tid == "":
@@ -272,7 +272,7 @@ func (c *conn) answer(r *request) (closeAfter bool) {
 	}
 	if reason != "" && !r.noReply {
 		oc.Error = reason
-		out = c.ad.missing(r, reason)
+		out = c.ad.missing(*r, reason)
 		closeAfter = out == nil
 		c.count(s.metrics.misses, proto)
 		s.traces.addMissing(MissingMock{Trace: tid, Proto: proto, Dst: c.dst, Request: append([]byte(nil), r.raw...), Reason: reason})
@@ -315,7 +315,7 @@ func (c *conn) matchTrace(ts *traceState, r *request, oc *ObservedCall) ([]byte,
 			used[res.unit] = true
 			u := &du.units[res.unit]
 			oc.Matched, oc.Strategy, oc.Score = u.seq, string(res.strategy), res.score
-			return c.ad.reply(r, u.resp), ""
+			return c.ad.reply(*r, u.resp), ""
 		}
 		reason = fmt.Sprintf("recording %q: %s (%s %q)", ts.recID, why, r.op, clip(r.key))
 	}
@@ -323,12 +323,12 @@ func (c *conn) matchTrace(ts *traceState, r *request, oc *ObservedCall) ([]byte,
 	// statement prepared by any recording of it, still has an answer.
 	if a, ok := s.idx.answerSetup(c.dst, r); ok {
 		oc.Matched, oc.Strategy, oc.Score = a.seq, "setup", 1
-		return c.ad.reply(r, a.resp), ""
+		return c.ad.reply(*r, a.resp), ""
 	}
 	if c.ad.proto() == protoMySQL && strings.HasPrefix(r.op, "PREPARE ") {
 		if a, ok := s.idx.prepare(c.dst, r.key); ok {
 			oc.Matched, oc.Strategy, oc.Score = a.seq, "setup", 1
-			return c.ad.reply(r, a.resp), ""
+			return c.ad.reply(*r, a.resp), ""
 		}
 	}
 	return nil, reason

@@ -12,7 +12,10 @@ func Op(args [][]byte) string {
 	if len(args) == 0 {
 		return ""
 	}
-	name := strings.ToUpper(string(args[0]))
+	name, ok := commonNames[string(args[0])] // no allocation for the usual commands
+	if !ok {
+		name = strings.ToUpper(string(args[0]))
+	}
 	switch name {
 	case "CLIENT", "CONFIG", "CLUSTER", "COMMAND", "OBJECT", "MEMORY", "SCRIPT", "FUNCTION", "XINFO", "ACL", "LATENCY", "MODULE":
 		if len(args) > 1 {
@@ -104,3 +107,18 @@ func Command(args ...string) []byte {
 	}
 	return out
 }
+
+// commonNames maps the usual spellings of frequent commands to their
+// upper-case names.
+var commonNames = func() map[string]string {
+	m := map[string]string{}
+	for _, c := range []string{"GET", "SET", "DEL", "EXISTS", "EXPIRE", "PEXPIRE", "TTL", "INCR", "INCRBY", "DECR",
+		"DECRBY", "MGET", "MSET", "SETEX", "SETNX", "GETSET", "HGET", "HSET", "HMGET", "HMSET", "HGETALL", "HDEL",
+		"HINCRBY", "LPUSH", "RPUSH", "LPOP", "RPOP", "LRANGE", "LLEN", "SADD", "SREM", "SMEMBERS", "SISMEMBER",
+		"ZADD", "ZREM", "ZRANGE", "ZRANGEBYSCORE", "ZSCORE", "ZINCRBY", "PING", "HELLO", "AUTH", "SELECT",
+		"CLIENT", "MULTI", "EXEC", "EVALSHA", "EVAL", "SCAN", "KEYS", "TYPE", "UNLINK"} {
+		m[c] = c
+		m[strings.ToLower(c)] = c
+	}
+	return m
+}()

@@ -46,6 +46,12 @@ func parseInt(b []byte) (int64, error) {
 // arguments (aliasing b) and the bytes it occupies. n is 0 and err nil when b
 // holds only part of a command. maxLen bounds a single argument.
 func ParseCommand(b []byte, maxLen int) (args [][]byte, n int, err error) {
+	return AppendCommand(nil, b, maxLen)
+}
+
+// AppendCommand is ParseCommand appending the arguments to dst, so a caller
+// parsing many commands can reuse one slice.
+func AppendCommand(dst [][]byte, b []byte, maxLen int) (args [][]byte, n int, err error) {
 	if len(b) == 0 {
 		return nil, 0, nil
 	}
@@ -72,7 +78,10 @@ func ParseCommand(b []byte, maxLen int) (args [][]byte, n int, err error) {
 	p := l + 2
 	// Each argument needs at least 6 bytes ($0\r\n\r\n): never allocate more
 	// than the bytes at hand could hold.
-	args = make([][]byte, 0, min(int(count), (len(b)-p)/6+1))
+	args = dst
+	if args == nil {
+		args = make([][]byte, 0, min(int(count), (len(b)-p)/6+1))
+	}
 	for range count {
 		if p >= len(b) {
 			return nil, 0, nil

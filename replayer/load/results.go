@@ -142,8 +142,8 @@ type recorder struct {
 	total *apiStats
 	apis  map[string]*apiStats
 
-	sec       int64 // Unix second of the open time-series line; 0 before the first event
-	secHist   *hdr.Histogram
+	sec     int64 // Unix second of the open time-series line; 0 before the first event
+	secHist *hdr.Histogram
 	// sends counts sends since the last closed second without taking mu;
 	// closing a second takes it as that second's "sent". A close happens at
 	// the first completion after the second ends, so a send is attributed

@@ -121,73 +121,101 @@ func TestOriginalModeKeepsPerSecondCounts(t *testing.T) {
 			reqs = append(reqs, Request{At: base.Add(o), URL: "/p"})
 		}
 	}
-	srv := newArrivals(t)
 	const speed = 2
-	res := runAgainst(t, srv.URL, Config{Mode: ModeOriginal, Speed: speed}, input(t, reqs))
-	times, _ := srv.snapshot()
-	if len(times) != len(reqs) || res.Sent != int64(len(reqs)) || res.Total.Errors != 0 {
-		t.Fatalf("server saw %d requests, run sent %d with %d errors; want %d", len(times), res.Sent, res.Total.Errors, len(reqs))
-	}
-	// Offsets count from the first request, which is not at its second's
-	// start.
-	firstOff := reqs[0].At.Sub(base).Seconds()
-	got := make([]int, len(perSecond))
-	for _, at := range times {
-		sec := int(at.Sub(res.Started).Seconds()*speed + firstOff)
-		if sec < 0 || sec >= len(got) {
-			t.Fatalf("arrival at %v after start is outside the recording's %d seconds", at.Sub(res.Started), len(perSecond))
+	// Timing on a shared machine: a starved process sends late however
+	// good its pacing. An attempt that fails is retried (twice); pacing that
+	// is wrong fails all three.
+	retryTiming(t, func() error {
+		srv := newArrivals(t)
+		res := runAgainst(t, srv.URL, Config{Mode: ModeOriginal, Speed: speed}, input(t, reqs))
+		times, _ := srv.snapshot()
+		if len(times) != len(reqs) || res.Sent != int64(len(reqs)) || res.Total.Errors != 0 {
+			t.Fatalf("server saw %d requests, run sent %d with %d errors; want %d", len(times), res.Sent, res.Total.Errors, len(reqs))
 		}
-		got[sec]++
+		// Offsets count from the first request, which is not at its second's
+		// start.
+		firstOff := reqs[0].At.Sub(base).Seconds()
+		got := make([]int, len(perSecond))
+		for _, at := range times {
+			sec := int(at.Sub(res.Started).Seconds()*speed + firstOff)
+			if sec < 0 || sec >= len(got) {
+				return fmt.Errorf("arrival at %v after start is outside the recording's %d seconds (%d sends late)", at.Sub(res.Started), len(perSecond), res.Late)
+			}
+			got[sec]++
+		}
+		if !slices.Equal(got, perSecond) {
+			return fmt.Errorf("arrivals per recorded second = %v, want %v (%d sends late)", got, perSecond, res.Late)
+		}
+		return nil
+	})
+}
+
+// retryTiming runs a timing measurement up to three times and fails the
+// test with every attempt's error when none passes.
+func retryTiming(t *testing.T, attempt func() error) {
+	t.Helper()
+	var errs []string
+	for i := range 3 {
+		err := attempt()
+		if err == nil {
+			return
+		}
+		errs = append(errs, fmt.Sprintf("attempt %d: %v", i+1, err))
+		t.Logf("attempt %d: %v", i+1, err)
 	}
-	if !slices.Equal(got, perSecond) {
-		t.Errorf("arrivals per recorded second = %v, want %v", got, perSecond)
-	}
+	t.Errorf("every attempt failed:\n%s", strings.Join(errs, "\n"))
 }
 
 func TestRateModeAchievesTheRate(t *testing.T) {
 	t.Parallel()
 	const rate = 400.0
-	srv := newArrivals(t)
-	res := runAgainst(t, srv.URL, Config{Mode: ModeRate, Rate: rate, Duration: 2500 * time.Millisecond},
-		input(t, numbered(5000, time.Unix(0, 0), time.Millisecond)))
-	if want := int64(rate * 2.5); res.Sent != want {
-		t.Errorf("sent %d requests in 2.5s at %v/s, want %d", res.Sent, rate, want)
-	}
-	times, _ := srv.snapshot()
-	// Count arrivals over a 2-second window inside the run, away from the
-	// start-up and the end.
-	from, to := res.Started.Add(250*time.Millisecond), res.Started.Add(2250*time.Millisecond)
-	n := 0
-	for _, at := range times {
-		if !at.Before(from) && at.Before(to) {
-			n++
+	retryTiming(t, func() error {
+		srv := newArrivals(t)
+		res := runAgainst(t, srv.URL, Config{Mode: ModeRate, Rate: rate, Duration: 2500 * time.Millisecond},
+			input(t, numbered(5000, time.Unix(0, 0), time.Millisecond)))
+		if want := int64(rate * 2.5); res.Sent != want {
+			return fmt.Errorf("sent %d requests in 2.5s at %v/s, want %d", res.Sent, rate, want)
 		}
-	}
-	achieved := float64(n) / 2
-	if d := (achieved - rate) / rate; d > 0.01 || d < -0.01 {
-		t.Errorf("achieved %.1f/s over 2s, want %v/s within 1%%", achieved, rate)
-	}
+		times, _ := srv.snapshot()
+		// Count arrivals over a 2-second window inside the run, away from
+		// the start-up and the end.
+		from, to := res.Started.Add(250*time.Millisecond), res.Started.Add(2250*time.Millisecond)
+		n := 0
+		for _, at := range times {
+			if !at.Before(from) && at.Before(to) {
+				n++
+			}
+		}
+		achieved := float64(n) / 2
+		if d := (achieved - rate) / rate; d > 0.01 || d < -0.01 {
+			return fmt.Errorf("achieved %.1f/s over 2s, want %v/s within 1%% (%d sends late)", achieved, rate, res.Late)
+		}
+		return nil
+	})
 }
 
 func TestRampModeRisesLinearly(t *testing.T) {
 	t.Parallel()
-	srv := newArrivals(t)
 	// 100/s → 300/s over 2s: 150 requests in the first second, 250 in the
 	// second.
-	res := runAgainst(t, srv.URL, Config{Mode: ModeRate, Ramp: Ramp{From: 100, To: 300}, Duration: 2 * time.Second},
-		input(t, numbered(1000, time.Unix(0, 0), time.Millisecond)))
-	times, _ := srv.snapshot()
-	var first, second int
-	for _, at := range times {
-		if at.Sub(res.Started) < time.Second {
-			first++
-		} else {
-			second++
+	retryTiming(t, func() error {
+		srv := newArrivals(t)
+		res := runAgainst(t, srv.URL, Config{Mode: ModeRate, Ramp: Ramp{From: 100, To: 300}, Duration: 2 * time.Second},
+			input(t, numbered(1000, time.Unix(0, 0), time.Millisecond)))
+		times, _ := srv.snapshot()
+		var first, second int
+		for _, at := range times {
+			if at.Sub(res.Started) < time.Second {
+				first++
+			} else {
+				second++
+			}
 		}
-	}
-	if res.Sent != 400 || first < 147 || first > 153 || second < 247 || second > 253 {
-		t.Errorf("sent %d: %d in the first second, %d in the second; want 400: 150 and 250 (±2%%)", res.Sent, first, second)
-	}
+		if res.Sent != 400 || first < 147 || first > 153 || second < 247 || second > 253 {
+			return fmt.Errorf("sent %d: %d in the first second, %d in the second; want 400: 150 and 250 (±2%%)", res.Sent, first, second)
+		}
+		return nil
+	})
 }
 
 func TestLatencyCountsFromIntendedSendTime(t *testing.T) {

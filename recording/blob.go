@@ -36,6 +36,7 @@ type BlobStore struct {
 	w        *blob.Writer
 	zw       *gzip.Writer
 	name     string
+	line     []byte // scratch for encoding one session
 	bytes    int64
 	sessions int
 	counter  int
@@ -71,10 +72,11 @@ func (s *BlobStore) Write(ctx context.Context, ss []*Session) error {
 		return errors.New("recording: write to closed blob store")
 	}
 	for _, sess := range ss {
-		line, err := Marshal(sess)
+		line, err := AppendMarshal(s.line[:0], sess)
 		if err != nil {
 			return fmt.Errorf("recording: encode session %q: %w", sess.ID, err)
 		}
+		s.line = line
 		if s.w != nil && s.full(int64(len(line)+1)) {
 			if err := s.closeObject(); err != nil {
 				return err

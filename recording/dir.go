@@ -46,6 +46,7 @@ type DirStore struct {
 	zw       *gzip.Writer
 	w        io.Writer // f or zw
 	buf      []byte    // whole lines not yet written to w
+	line     []byte    // scratch for encoding one session
 	bytes    int64     // uncompressed bytes in the current file
 	sessions int       // sessions in the current file
 	counter  int       // last counter used in a file name
@@ -78,10 +79,11 @@ func (d *DirStore) Write(ctx context.Context, ss []*Session) error {
 		return errors.New("recording: write to closed directory store")
 	}
 	for _, s := range ss {
-		line, err := Marshal(s)
+		line, err := AppendMarshal(d.line[:0], s)
 		if err != nil {
 			return fmt.Errorf("recording: encode session %q: %w", s.ID, err)
 		}
+		d.line = line
 		if d.f != nil && d.full(int64(len(line)+1)) {
 			if err := d.closeFile(); err != nil {
 				return err

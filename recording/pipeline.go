@@ -254,6 +254,14 @@ func (w *pipelineWriter) drain() {
 
 func (w *pipelineWriter) write() {
 	p := w.p
+	select {
+	case <-p.abandon: // Close gave up waiting: drop, don't write
+		p.dropped.Add(int64(len(w.batch)))
+		clear(w.batch)
+		w.batch = w.batch[:0]
+		return
+	default:
+	}
 	for _, s := range w.batch {
 		if p.cfg.Mask != nil && p.cfg.Mask.MaskSession(s) {
 			p.masked.Add(1)

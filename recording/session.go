@@ -148,12 +148,19 @@ func (c *Call) UnmarshalJSON(b []byte) error {
 
 // Marshal encodes s as one JSONL line, without the trailing newline.
 func Marshal(s *Session) ([]byte, error) {
-	if s.V == 0 {
-		c := *s
-		c.V = SchemaVersion
-		s = &c
+	return AppendMarshal(nil, s)
+}
+
+// AppendMarshal appends the JSONL line of s (without newline) to b.
+func AppendMarshal(b []byte, s *Session) ([]byte, error) {
+	if out, ok := appendSession(b, s); ok {
+		return out, nil
 	}
-	return json.Marshal(s)
+	line, err := marshalSlow(s)
+	if err != nil {
+		return b, err
+	}
+	return append(b, line...), nil
 }
 
 // Unmarshal decodes one JSONL line. It rejects sessions of another schema

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -195,4 +196,64 @@ func BenchmarkFanOut(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkFanOutRatio measures the throughput ratios of recording at 100%
+// and 1% against the agent off on a shared, noisy machine: rounds of the
+// three modes interleaved, each timing the same number of requests, and the
+// best (least disturbed) time of each mode compared. Run it once:
+//
+//	go test -run x -bench FanOutRatio -benchtime 1x ./recording/capture/
+func BenchmarkFanOutRatio(b *testing.B) {
+	const rounds, requests = 5, 1500
+	modes := []struct {
+		name string
+		rate float64
+	}{{"off", -1}, {"record=100%", 1}, {"record=1%", 0.01}}
+	best := map[string]time.Duration{}
+	for r := range rounds {
+		for _, mode := range modes {
+			b.Run(fmt.Sprintf("round=%d/%s", r, mode.name), func(b *testing.B) {
+				var smp *recording.Sampler
+				if mode.rate >= 0 {
+					smp = sampler(b, mode.rate)
+				}
+				w := startWorld(b, smp)
+				c := newClient(16)
+				defer c.CloseIdleConnections()
+				var n atomic.Int64
+				send := func(total int) time.Duration {
+					start := time.Now()
+					var wg sync.WaitGroup
+					for range 8 {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for n.Add(1) <= int64(total) {
+								if err := get(c, w.addr, newReqID()); err != nil {
+									b.Error(err)
+									return
+								}
+							}
+						}()
+					}
+					wg.Wait()
+					return time.Since(start)
+				}
+				send(200) // warm the pools, the table and the store
+				n.Store(0)
+				d := send(requests)
+				if old, ok := best[mode.name]; !ok || d < old {
+					best[mode.name] = d
+				}
+				b.ReportMetric(float64(requests)/d.Seconds(), "req/s")
+			})
+		}
+	}
+	b.Run("summary", func(b *testing.B) {
+		off := best["off"].Seconds()
+		b.ReportMetric(float64(requests)/off, "off-req/s")
+		b.ReportMetric(off/best["record=100%"].Seconds(), "ratio-100%")
+		b.ReportMetric(off/best["record=1%"].Seconds(), "ratio-1%")
+	})
 }

@@ -171,7 +171,7 @@ func createTable(tb testing.TB, dsn string) string {
 	require.NoError(tb, err)
 	defer db.Close()
 	table := "capture_" + trace.NewID()[:12]
-	_, err = db.Exec("CREATE TABLE " + table + " (id VARCHAR(32) PRIMARY KEY, v VARCHAR(64))")
+	_, err = db.Exec("CREATE TABLE " + table + " (id VARCHAR(32) PRIMARY KEY, v VARCHAR(64)) ENGINE=MEMORY")
 	require.NoError(tb, err)
 	tb.Cleanup(func() {
 		db, err := sql.Open("mysql", cfg.FormatDSN())

@@ -1,0 +1,71 @@
+package recording
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// sameJSON asserts that Marshal and encoding/json say the same thing about s.
+func sameJSON(t testing.TB, s *Session) {
+	fast, err := Marshal(s)
+	require.NoError(t, err)
+	slow, err := marshalSlow(s)
+	require.NoError(t, err)
+	var a, b any
+	require.NoError(t, json.Unmarshal(fast, &a), "%s", fast)
+	require.NoError(t, json.Unmarshal(slow, &b))
+	if !assert.Equal(t, b, a) {
+		t.Logf("fast: %s\nslow: %s", fast, slow)
+	}
+}
+
+func TestMarshalMatchesEncodingJSON(t *testing.T) {
+	tests := map[string]*Session{
+		"sample":      sampleSession("x"),
+		"nil calls":   {ID: "a", At: time.Unix(0, 0).UTC()},
+		"empty calls": {ID: "a", At: time.Unix(0, 0).UTC(), Calls: []Call{}},
+		"escapes": {ID: "a", App: "<&>\"\\\x01\x1f\u2028\u2029\x7f", At: time.Unix(1, 5).In(time.FixedZone("x", 3600)),
+			Inbound: Inbound{Proto: "http", Request: []byte("a\tb\r\nc<d>&\"e\"\\"), Response: []byte{}}},
+		"invalid utf8 in a name": {ID: "a", App: "a\xffb\xc3", At: time.Unix(1, 0).UTC(),
+			Calls: []Call{{Proto: "raw", Dst: "\xfe", Conn: -3, Request: []byte{0xff}, StartNs: -5}}},
+		"all marks": {ID: "a", V: 1, At: time.Unix(1, 0).UTC(), Inbound: Inbound{RequestTruncated: true, ResponseTruncated: true},
+			Calls: []Call{{Setup: true, RequestTruncated: true, ResponseTruncated: true}}},
+	}
+	for name, s := range tests {
+		t.Run(name, func(t *testing.T) { sameJSON(t, s) })
+	}
+	_, err := Marshal(&Session{ID: "a", At: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)})
+	assert.Error(t, err, "a time encoding/json refuses is refused")
+}
+
+func FuzzMarshalMatchesEncodingJSON(f *testing.F) {
+	f.Add("x", "app", []byte("GET / HTTP/1.1\r\n\r\n"), []byte{0xff, 0}, int64(5))
+	f.Add("<", "\u2028\x00", []byte("\xc3"), []byte("é"), int64(-1))
+	f.Fuzz(func(t *testing.T, id, app string, req, resp []byte, n int64) {
+		s := &Session{ID: id, App: app, At: time.Unix(0, n).UTC(),
+			Inbound: Inbound{Proto: app, Local: id, Request: req, Response: resp, StartNs: n},
+			Calls:   []Call{{Seq: int(n % 100), Proto: id, Dst: app, Conn: n, Request: resp, Response: req, DurNs: n}}}
+		sameJSON(t, s)
+	})
+}
+
+func BenchmarkMarshal(b *testing.B) {
+	s := sampleSession("bench")
+	b.Run("append", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for i := 0; i < b.N; i++ {
+			buf, _ = AppendMarshal(buf[:0], s)
+		}
+	})
+	b.Run("encoding/json", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			_, _ = marshalSlow(s)
+		}
+	})
+}

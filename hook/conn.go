@@ -78,7 +78,9 @@ func (e *engine) inboundRead(st *connState, c *netConn, b []byte) (int, error) {
 	record := e.cfg.Mode == Record
 	for {
 		n, err := e.l.plainRead(c, b)
-		if n <= 0 || (st.rd.passThrough() && !record) {
+		// A connection that is not HTTP/1.x has nothing to strip, bind or
+		// (having never had a request) report.
+		if n <= 0 || (st.rd.passThrough() && (!record || !st.rd.hasCur)) {
 			return n, err
 		}
 		k, ok := e.parseInbound(st, b, n)

@@ -104,3 +104,38 @@ func codeAt(pc uintptr, n int) []byte {
 	p := *(*unsafe.Pointer)(unsafe.Pointer(&pc))
 	return unsafe.Slice((*byte)(p), n)
 }
+
+// TestInstallSkipsOptionalThatDoesNotFit: an optional function (the HTTP
+// transport) that is shorter than the jump is reported once, listed as
+// refused and left as it was; everything else is installed.
+func TestInstallSkipsOptionalThatDoesNotFit(t *testing.T) {
+	tt, err := transportTarget()
+	require.NoError(t, err)
+	rtPC := *(*uintptr)(tt.word)
+	l, err := layout()
+	require.NoError(t, err)
+	ct, err := connectTarget()
+	require.NoError(t, err)
+	ck, err := clockTarget()
+	require.NoError(t, err)
+	smallest := span(rtPC)
+	for _, w := range []unsafe.Pointer{l.read.word, l.write.word, l.close.word, ct.word, ck.word} {
+		if span(*(*uintptr)(w)) <= smallest {
+			t.Skipf("the transport (%d bytes) is not the shortest patched function here", smallest)
+		}
+	}
+	defer func(n int) { jumpLen = n }(jumpLen)
+	jumpLen = smallest + 1
+	before := string(codeAt(rtPC, smallest))
+	var logs bytes.Buffer
+	undo, err := Install(Config{Mode: Replay, MockAddr: "127.0.0.1:9", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	defer undo()
+	st := ReadStats()
+	require.Len(t, st.Patched, 5)
+	require.NotContains(t, st.Patched, "net/http.(*Transport).RoundTrip")
+	require.Len(t, st.Refused, 1)
+	require.Contains(t, st.Refused[0], "(*Transport).RoundTrip is shorter than")
+	require.Equal(t, 1, strings.Count(logs.String(), "function left unpatched"), logs.String())
+	require.Equal(t, before, string(codeAt(rtPC, smallest)))
+}

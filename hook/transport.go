@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"sync/atomic"
 
 	"github.com/agiledragon/gomonkey/v2/creflect"
 
@@ -16,9 +17,13 @@ import (
 // strips it again.
 const TraceHeader = "Retrace-Trace-Id"
 
-// roundTrip is (*http.Transport).roundTrip, the unexported method that does
-// all of RoundTrip's work; it is called, never patched.
-var roundTrip func(t *http.Transport, req *http.Request) (*http.Response, error)
+// roundTripFunc is (*http.Transport).roundTrip, the unexported method that
+// does all of RoundTrip's work; it is called, never patched. Stored
+// atomically (always the same value) because a goroutine may still run the
+// double of an earlier Install.
+type roundTripFunc = func(t *http.Transport, req *http.Request) (*http.Response, error)
+
+var roundTrip atomic.Pointer[roundTripFunc]
 
 // transportTarget finds (*http.Transport).RoundTrip to patch and its
 // unexported worker to call.
@@ -36,7 +41,8 @@ func transportTarget() (target, error) {
 	if err := checkName(inner); err != nil {
 		return target{}, err
 	}
-	roundTrip = funcOf[func(*http.Transport, *http.Request) (*http.Response, error)](word)
+	fn := funcOf[roundTripFunc](word)
+	roundTrip.Store(&fn)
 	return target{
 		name:   "net/http.(*Transport).RoundTrip",
 		word:   codeWord(m.Func),
@@ -53,7 +59,7 @@ func transportRoundTrip(t *http.Transport, req *http.Request) (*http.Response, e
 	if e := active.Load(); e != nil {
 		sent = e.carry(req)
 	}
-	resp, err := roundTrip(t, sent)
+	resp, err := (*roundTrip.Load())(t, sent)
 	if resp != nil && resp.Request == sent && sent != req {
 		resp.Request = req
 	}

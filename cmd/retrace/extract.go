@@ -133,6 +133,9 @@ func runExtract(ctx context.Context, p *proc, args []string) error {
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", *out, err)
 	}
+	if st.Read == 0 {
+		fmt.Fprintf(p.Stderr, "extract: warning: %s held no requests (wrong --format?)\n", *from)
+	}
 	return nil
 }
 
@@ -147,6 +150,9 @@ func openSource(ctx context.Context, p *proc, src, format string, f extract.JSON
 			return nil, nop, err
 		}
 		isDir = fi.IsDir()
+	}
+	if format == "auto" && isDir && !hasSessionFiles(src) {
+		return dirSource(src, "auto", f) // a directory of logs: each file's format is sniffed
 	}
 	if format == "auto" && (isDir || (objstore.IsURL(src) && !strings.HasSuffix(src, ".jsonl") && !strings.HasSuffix(src, ".log") && !strings.HasSuffix(src, ".gz"))) {
 		format = "recording"
@@ -180,6 +186,21 @@ func openSource(ctx context.Context, p *proc, src, format string, f extract.JSON
 		return nil, nop, err
 	}
 	return s, closer, nil
+}
+
+// hasSessionFiles reports whether dir holds files of a recording directory
+// store.
+func hasSessionFiles(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if recording.IsSessionFile(e.Name()) {
+			return true
+		}
+	}
+	return false
 }
 
 // sniff guesses the format from the first non-blank line.

@@ -511,3 +511,57 @@ func NormalizeSQL(s string) string {
 	out = strings.TrimSuffix(out, ";")
 	return strings.TrimRight(out, " ")
 }
+
+// MySQLCommand is one client command packet of a MySQL payload.
+type MySQLCommand struct {
+	Cmd    byte   // command byte (0x03 COM_QUERY, 0x16 COM_STMT_PREPARE, 0x17 COM_STMT_EXECUTE, …)
+	SQL    string // COM_QUERY and COM_STMT_PREPARE: the normalised SQL
+	StmtID uint32 // statement commands: the statement id
+	Stmt   bool   // the command names a statement
+	Packet []byte // the whole packet, header included
+}
+
+// MySQLCommands splits a MySQL client payload into its command packets,
+// leaving out COM_STMT_CLOSE and COM_QUIT (see Insignificant). ok is false
+// when the payload is not whole packets.
+func MySQLCommands(b []byte) (cmds []MySQLCommand, ok bool) {
+	for len(b) > 0 {
+		if len(b) < mysqlHeaderBytes+1 {
+			return nil, false
+		}
+		n := int(b[0]) | int(b[1])<<8 | int(b[2])<<16
+		if n == 0 || n+mysqlHeaderBytes > len(b) {
+			return nil, false
+		}
+		pkt := b[:mysqlHeaderBytes+n]
+		m, ok := parseMySQL(pkt[mysqlHeaderBytes:])
+		if !ok {
+			return nil, false
+		}
+		if m.cmd != comStmtClose && m.cmd != comQuit {
+			cmds = append(cmds, MySQLCommand{Cmd: m.cmd, SQL: m.sql, StmtID: m.stmtID, Stmt: m.hasStmt, Packet: pkt})
+		}
+		b = b[mysqlHeaderBytes+n:]
+	}
+	return cmds, true
+}
+
+// WithoutStmtID returns a copy of the packet with its statement id zeroed,
+// for comparing statement commands already paired by their SQL.
+func (m MySQLCommand) WithoutStmtID() []byte {
+	p := append([]byte(nil), m.Packet...)
+	if m.Stmt {
+		copy(p[mysqlHeaderBytes+1:mysqlHeaderBytes+5], []byte{0, 0, 0, 0})
+	}
+	return p
+}
+
+// MySQLPrepareOK returns the statement id of a COM_STMT_PREPARE_OK
+// response.
+func MySQLPrepareOK(resp []byte) (uint32, bool) {
+	if len(resp) < mysqlHeaderBytes+5 || resp[mysqlHeaderBytes] != 0 {
+		return 0, false
+	}
+	p := resp[mysqlHeaderBytes+1:]
+	return uint32(p[0]) | uint32(p[1])<<8 | uint32(p[2])<<16 | uint32(p[3])<<24, true
+}

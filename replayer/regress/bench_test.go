@@ -26,7 +26,7 @@ func BenchmarkReplay(b *testing.B) {
 	sessions := record(b)
 	mock := mocktest.NewServer(b, mockserver.Config{}, sessions...)
 	shop := replaytest.NewShop(b, replaytest.ShopV1, replaytest.Framed(mock.Addr(), replaytest.PricesDst))
-	rules, _ := diff.NewRules(diff.Rule{Ignore: "body.ts"})
+	rules, _ := diff.NewRules(diff.Rule{Ignore: "body.ts"}, diff.Rule{IgnoreHeader: "X-Request-Id"})
 	n := b.N
 	src := regress.SourceFunc(func(ctx context.Context, fn func(*recording.Session) error) error {
 		for i := 0; i < n; i++ {

@@ -88,3 +88,70 @@ func TestClassify(t *testing.T) {
 		t.Errorf("regressions %v, pre-existing %v", reg, pre)
 	}
 }
+
+func mysqlPkt(cmd byte, payload string) string {
+	n := len(payload) + 1
+	return string([]byte{byte(n), byte(n >> 8), byte(n >> 16), 0, cmd}) + payload
+}
+
+func stmt(id byte) string { return string([]byte{id, 0, 0, 0}) }
+
+// execOne renders COM_STMT_EXECUTE of statement id with one string value.
+func execOne(id byte, v string) string {
+	return mysqlPkt(0x17, stmt(id)+"\x00\x01\x00\x00\x00"+"\x00\x01"+"\xfe\x00"+string([]byte{byte(len(v))})+v)
+}
+
+func prepareOK(id byte) []byte {
+	return []byte(mysqlPkt(0x00, stmt(id)+"\x01\x00\x01\x00\x00"))
+}
+
+func TestMySQLComparedByCommand(t *testing.T) {
+	const db = "10.0.0.8:3306"
+	sess := &recording.Session{ID: "s", Calls: []recording.Call{
+		{Seq: 0, Proto: "mysql", Dst: db, Request: []byte(mysqlPkt(0x16, "SELECT a FROM t WHERE id = ?")), Response: prepareOK(5)},
+		{Seq: 1, Proto: "mysql", Dst: db, Request: []byte(execOne(5, "k1"))},
+		{Seq: 2, Proto: "mysql", Dst: db, Request: []byte(mysqlPkt(0x19, stmt(5)) + mysqlPkt(0x16, "INSERT INTO o VALUES (?)")), Response: prepareOK(6)},
+		{Seq: 3, Proto: "mysql", Dst: db, Request: []byte(execOne(6, "v1"))},
+		{Seq: 4, Proto: "mysql", Dst: db, Request: []byte(mysqlPkt(0x19, stmt(6)))},
+	}}
+	obs := func(seq, matched int, req string) mockserver.ObservedCall {
+		return mockserver.ObservedCall{Seq: seq, Matched: matched, Proto: "mysql", Dst: db, Request: []byte(req)}
+	}
+	cases := []struct {
+		name  string
+		calls []mockserver.ObservedCall
+		want  string
+	}{
+		{"grouped differently", []mockserver.ObservedCall{
+			obs(0, 0, mysqlPkt(0x16, "SELECT a FROM t WHERE id = ?")),
+			obs(1, 1, execOne(5, "k1")),
+			obs(2, 4, mysqlPkt(0x19, stmt(5))),                     // the close alone …
+			obs(3, 2, mysqlPkt(0x16, "INSERT  INTO o VALUES (?)")), // … and the prepare alone
+			obs(4, 3, execOne(6, "v1")),
+		}, "[]"},
+		{"changed value and statement", []mockserver.ObservedCall{
+			obs(0, 0, mysqlPkt(0x16, "SELECT a FROM t WHERE id = ?")),
+			obs(1, 1, execOne(5, "k2")),
+			obs(2, 2, mysqlPkt(0x16, "INSERT INTO o VALUES (?, ?)")),
+		}, `[downstream #1 mysql 10.0.0.8:3306: params[0] changed "k1"→"k2" downstream #2 mysql 10.0.0.8:3306: sql changed INSERT INTO o VALUES (?)→INSERT INTO o VALUES (?, ?) downstream recorded #3 mysql 10.0.0.8:3306: call removed execute INSERT INTO o VALUES (?)→]`},
+		{"extra query", []mockserver.ObservedCall{
+			obs(0, 0, mysqlPkt(0x16, "SELECT a FROM t WHERE id = ?")),
+			obs(1, 1, execOne(5, "k1")),
+			obs(2, 2, mysqlPkt(0x16, "INSERT INTO o VALUES (?)")),
+			obs(3, 3, execOne(6, "v1")),
+			obs(4, -1, mysqlPkt(0x03, "DELETE FROM o")),
+		}, "[downstream #4 mysql 10.0.0.8:3306: call added →DELETE FROM o]"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fs, _ := downstream(nil, "POST /o", sess, &mockserver.TraceReport{Calls: tc.calls})
+			var got []string
+			for _, f := range fs {
+				got = append(got, fmt.Sprintf("%s %s %s→%s", f.Label(), f.Kind, f.Want, f.Got))
+			}
+			if fmt.Sprint(got) != tc.want && !(len(got) == 0 && tc.want == "[]") {
+				t.Errorf("findings\n%v\nwant\n%s", got, tc.want)
+			}
+		})
+	}
+}

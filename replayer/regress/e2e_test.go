@@ -37,7 +37,7 @@ func TestEndToEndWithMockServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Errors != 0 || len(n.Rules) != 2 {
+	if n.Errors != 0 || len(n.Rules) != 3 {
 		t.Fatalf("noise: %d errors, rules %+v", n.Errors, n.Rules)
 	}
 	cfg.Rules, err = diff.NewRules(n.Rules...)

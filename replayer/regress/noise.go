@@ -88,6 +88,9 @@ func DetectNoise(ctx context.Context, cfg Config, nc NoiseConfig) (*Noise, error
 		if a.Scope != b.Scope {
 			return a.Scope > b.Scope // response first
 		}
+		if a.Dst != b.Dst {
+			return a.Dst < b.Dst
+		}
 		return a.Ignore < b.Ignore
 	})
 	return out, err
@@ -132,31 +135,37 @@ func (r *runner) probe(ctx context.Context, w *worker, s *recording.Session, run
 				p.rules = append(p.rules, diff.Rule{API: api, Scope: diff.ScopeResponse, Ignore: diff.Generalize(d.Path), Comment: comment})
 			}
 			if first.report != nil && a.report != nil {
-				p.rules = append(p.rules, r.downstreamNoise(api, first, &a, comment)...)
+				p.rules = append(p.rules, r.downstreamNoise(api, s, first, &a, comment)...)
 			}
 		}
 	}
 	return p
 }
 
-// downstreamNoise compares the calls of two replays that matched the same
-// recorded call.
-func (r *runner) downstreamNoise(api string, a, b *attempt, comment string) []diff.Rule {
-	byMatch := joinByMatch(a.report.Calls)
-	other := joinByMatch(b.report.Calls)
-	var out []diff.Rule
-	done := map[int]bool{}
-	for _, c := range b.report.Calls {
-		prev, ok := byMatch[c.Matched]
-		if c.Setup || c.Matched < 0 || !ok || done[c.Matched] {
-			continue
-		}
-		done[c.Matched] = true
-		for _, d := range r.cfg.Rules.CompareCalls(api, c.Proto, c.Dst, prev, other[c.Matched]) {
-			if d.Path == "…" {
-				continue
+// downstreamNoise judges the downstream calls of two replays against the
+// recording, the way a run does, and returns rules for the paths whose
+// differences are not the same in both: a value that changes between two
+// replays of one build. Calls made or skipped in one replay only are not
+// turned into rules: they fail the session, where a reviewer sees them.
+func (r *runner) downstreamNoise(api string, s *recording.Session, a, b *attempt, comment string) []diff.Rule {
+	type key struct{ dst, path, kind, got string }
+	keys := func(at *attempt) map[key]bool {
+		fs, _ := downstream(r.cfg.Rules, api, s, at.report)
+		m := make(map[key]bool, len(fs))
+		for _, f := range fs {
+			if f.Call != nil && f.Path != "call" && f.Path != "…" {
+				m[key{f.Call.Dst, f.Path, string(f.Kind), f.Got}] = true
 			}
-			out = append(out, diff.Rule{API: api, Scope: diff.ScopeDownstream, Dst: c.Dst, Ignore: diff.Generalize(d.Path), Comment: comment})
+		}
+		return m
+	}
+	ka, kb := keys(a), keys(b)
+	var out []diff.Rule
+	for _, pair := range [2][2]map[key]bool{{ka, kb}, {kb, ka}} {
+		for k := range pair[0] {
+			if !pair[1][k] {
+				out = append(out, diff.Rule{API: api, Scope: diff.ScopeDownstream, Dst: k.dst, Ignore: diff.Generalize(k.path), Comment: comment})
+			}
 		}
 	}
 	return out

@@ -108,8 +108,8 @@ func TestSameBuildPassesOnceNoiseIsDetected(t *testing.T) {
 	if got := c.byStatus(regress.Failed); len(got) != len(sessions) {
 		t.Fatalf("without noise rules %d of %d failed: %v", len(got), len(sessions), got)
 	}
-	if f := c.findings("s00-a"); len(f) != 1 || f[0] != "response body.ts" {
-		t.Errorf("findings of s00-a: %v, want only the timestamp", f)
+	if f := c.findings("s00-a"); fmt.Sprint(f) != "[response body.ts downstream header.X-Request-Id]" {
+		t.Errorf("findings of s00-a: %v, want only the timestamp and the request id", f)
 	}
 
 	n, err := regress.DetectNoise(context.Background(), cfg, regress.NoiseConfig{PerAPI: 2})
@@ -118,9 +118,10 @@ func TestSameBuildPassesOnceNoiseIsDetected(t *testing.T) {
 	}
 	var ignored []string
 	for _, r := range n.Rules {
-		ignored = append(ignored, r.API+" "+r.Ignore)
+		ignored = append(ignored, r.API+" "+r.Scope+" "+r.Dst+" "+r.Ignore)
 	}
-	want := []string{"GET /health body.ts", "POST /orders body.ts"}
+	want := []string{"GET /health response  body.ts", "POST /orders response  body.ts",
+		"POST /orders downstream " + replaytest.PricesDst + " header.X-Request-Id"}
 	if fmt.Sprint(ignored) != fmt.Sprint(want) {
 		t.Errorf("noise rules %v, want %v", ignored, want)
 	}
@@ -221,7 +222,7 @@ func TestRepeatUsesOwnTraces(t *testing.T) {
 	sessions := record(t)
 	mock := replaytest.NewMock(t, sessions...)
 	shop := replaytest.NewShop(t, replaytest.ShopV1, replaytest.InMock(mock, replaytest.PricesDst))
-	rules, _ := diff.NewRules(diff.Rule{Ignore: "body.ts"})
+	rules, _ := diff.NewRules(diff.Rule{Ignore: "body.ts"}, diff.Rule{IgnoreHeader: "X-Request-Id"})
 	c := run(t, regress.Config{Source: regress.Sessions(sessions[:3]), Target: shop.URL, MockAdmin: mock.URL,
 		Repeat: 4, Concurrency: 12, Rules: rules})
 	if len(c.results) != 12 {

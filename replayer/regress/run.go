@@ -384,10 +384,24 @@ func downstream(rules *diff.Rules, api string, s *recording.Session, rep *mockse
 			calls = append(calls, cd)
 		}
 	}
+	// MySQL destinations are compared command by command (mysql.go).
+	bySQL := map[string]bool{}
+	for _, oc := range rep.Calls {
+		if !oc.Setup && oc.Proto == "mysql" && !bySQL[oc.Dst] {
+			fs, cds, ok := mysqlFindings(rules, api, oc.Dst, s, rep)
+			if ok {
+				out = append(out, fs...)
+				for _, cd := range cds {
+					keep(cd)
+				}
+			}
+			bySQL[oc.Dst] = ok
+		}
+	}
 	joined := joinByMatch(rep.Calls)
 	done := map[int]bool{}
 	for _, oc := range rep.Calls {
-		if oc.Setup {
+		if oc.Setup || bySQL[oc.Dst] {
 			continue
 		}
 		ref := &CallRef{Seq: oc.Seq, Matched: oc.Matched, Proto: oc.Proto, Dst: oc.Dst, Summary: summarize(oc.Proto, oc.Request)}
@@ -421,7 +435,7 @@ func downstream(rules *diff.Rules, api string, s *recording.Session, rep *mockse
 		keep(cd)
 	}
 	for _, u := range rep.Unused {
-		if u.Setup || rules.Ignores(api, diff.ScopeDownstream, u.Dst, "call") || diff.Insignificant(u.Proto, u.Request) {
+		if u.Setup || bySQL[u.Dst] || rules.Ignores(api, diff.ScopeDownstream, u.Dst, "call") || diff.Insignificant(u.Proto, u.Request) {
 			continue
 		}
 		ref := &CallRef{Seq: -1, Matched: u.Seq, Proto: u.Proto, Dst: u.Dst, Summary: summarize(u.Proto, u.Request)}

@@ -41,7 +41,8 @@ const (
 // NewShop starts the test service: POST /orders with {"sku","qty"} looks
 // the price up downstream (GET /price?sku=… on PricesDst) and answers
 // {"order":{"sku","qty","total"},"ts":<now>}; GET /health answers
-// {"ok":true,"ts":<now>}. ts is noise. It reads the trace id the way the
+// {"ok":true,"ts":<now>}. ts is noise, and so is the X-Request-Id header of
+// the price lookup. It reads the trace id the way the
 // agent would bind it, from the Retrace-Trace-Id header.
 func NewShop(t testing.TB, v ShopVersion, down Downstream) *httptest.Server {
 	mux := http.NewServeMux()
@@ -62,7 +63,8 @@ func NewShop(t testing.TB, v ShopVersion, down Downstream) *httptest.Server {
 		if v == ShopV2 && in.SKU == "c" {
 			q += "&currency=EUR"
 		}
-		req := fmt.Sprintf("GET /price?%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: shop\r\n\r\n", q, PricesDst)
+		// X-Request-Id is downstream noise: new on every request.
+		req := fmt.Sprintf("GET /price?%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: shop\r\nX-Request-Id: %s\r\n\r\n", q, PricesDst, trace.NewID())
 		raw, err := down(r.Header.Get("Retrace-Trace-Id"), []byte(req))
 		if err != nil {
 			http.Error(w, "prices: "+err.Error(), http.StatusBadGateway)

@@ -45,7 +45,7 @@ func changedBuildReport(t *testing.T, dir string) *report.Summary {
 
 	mock := replaytest.NewMock(t, sessions...)
 	v2 := replaytest.NewShop(t, replaytest.ShopV2, replaytest.InMock(mock, replaytest.PricesDst))
-	rules, err := diff.NewRules(diff.Rule{Ignore: "body.ts"})
+	rules, err := diff.NewRules(diff.Rule{Ignore: "body.ts"}, diff.Rule{Ignore: "header.X-Request-Id", Scope: diff.ScopeDownstream})
 	if err != nil {
 		t.Fatal(err)
 	}

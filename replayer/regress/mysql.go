@@ -1,0 +1,139 @@
+package regress
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/retrace-dev/retrace/mockserver"
+	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/replayer/diff"
+)
+
+// MySQL downstream calls are compared command by command per destination,
+// not call by call: a driver writes COM_STMT_CLOSE without waiting for an
+// answer, so a recorded call may hold a close and the next command, and
+// the replay may group its writes differently. The commands of the
+// recording and of the replay are paired by content — the same SQL, or an
+// execute of a statement prepared from the same SQL — then the rest in
+// order by command; what stays unpaired was added or never made.
+
+// mysqlCmd is one command with where it came from.
+type mysqlCmd struct {
+	diff.MySQLCommand
+	key  string   // pairing key
+	ref  *CallRef // the call that carried it
+	used bool
+}
+
+// mysqlFindings compares the MySQL traffic of one destination.
+func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep *mockserver.TraceReport) ([]Finding, []CallDetail, bool) {
+	stmtSQL := map[uint32]string{} // statement ids of the recording's prepares; the mock answers with them
+	var rec []*mysqlCmd
+	for i := range s.Calls {
+		c := &s.Calls[i]
+		if c.Setup || c.Proto != "mysql" || c.Dst != dst {
+			continue
+		}
+		cmds, ok := diff.MySQLCommands(c.Request)
+		if !ok {
+			return nil, nil, false
+		}
+		if n := len(cmds); n > 0 && cmds[n-1].Cmd == 0x16 {
+			if id, ok := diff.MySQLPrepareOK(c.Response); ok {
+				stmtSQL[id] = cmds[n-1].SQL
+			}
+		}
+		ref := &CallRef{Seq: -1, Matched: c.Seq, Proto: c.Proto, Dst: c.Dst, Summary: summarize(c.Proto, c.Request)}
+		for _, m := range cmds {
+			rec = append(rec, &mysqlCmd{MySQLCommand: m, ref: ref})
+		}
+	}
+	var obs []*mysqlCmd
+	for _, oc := range rep.Calls {
+		if oc.Setup || oc.Proto != "mysql" || oc.Dst != dst {
+			continue
+		}
+		cmds, ok := diff.MySQLCommands(oc.Request)
+		if !ok {
+			return nil, nil, false
+		}
+		ref := &CallRef{Seq: oc.Seq, Matched: oc.Matched, Proto: oc.Proto, Dst: oc.Dst, Summary: summarize(oc.Proto, oc.Request)}
+		for _, m := range cmds {
+			obs = append(obs, &mysqlCmd{MySQLCommand: m, ref: ref})
+		}
+	}
+	key := func(m *mysqlCmd) string {
+		switch {
+		case m.SQL != "" || m.Cmd == 0x03 || m.Cmd == 0x16:
+			return strconv.Itoa(int(m.Cmd)) + ":" + m.SQL
+		case m.Stmt:
+			if q, ok := stmtSQL[m.StmtID]; ok {
+				return strconv.Itoa(int(m.Cmd)) + ":" + q
+			}
+			return strconv.Itoa(int(m.Cmd)) + ":#" + strconv.FormatUint(uint64(m.StmtID), 10)
+		}
+		return strconv.Itoa(int(m.Cmd)) + ":" + string(m.Packet)
+	}
+	for _, m := range rec {
+		m.key = key(m)
+	}
+	for _, m := range obs {
+		m.key = key(m)
+	}
+	var out []Finding
+	var details []CallDetail
+	compare := func(r, o *mysqlCmd) {
+		r.used, o.used = true, true
+		ds := rules.CompareCalls(api, "mysql", dst, r.WithoutStmtID(), o.WithoutStmtID())
+		for _, d := range ds {
+			out = append(out, Finding{Difference: d, Where: InDownstream, Call: o.ref})
+		}
+		details = append(details, CallDetail{CallRef: *o.ref, Recorded: r.Packet, Replayed: o.Packet, Diffs: ds})
+	}
+	// Pass 1: same key. Pass 2: the rest in order, by command byte.
+	for pass := 0; pass < 2; pass++ {
+		for _, o := range obs {
+			if o.used {
+				continue
+			}
+			for _, r := range rec {
+				if !r.used && (pass == 0 && r.key == o.key || pass == 1 && r.Cmd == o.Cmd) {
+					compare(r, o)
+					break
+				}
+			}
+		}
+	}
+	for _, o := range obs {
+		if !o.used && !rules.Ignores(api, diff.ScopeDownstream, dst, "call") {
+			d := diff.Difference{Path: "call", Kind: diff.Added, Got: sqlSummary(o), Note: "no recorded command like it"}
+			out = append(out, Finding{Difference: d, Where: InDownstream, Call: o.ref})
+			details = append(details, CallDetail{CallRef: *o.ref, Replayed: o.Packet, Diffs: []diff.Difference{d}})
+		}
+	}
+	for _, r := range rec {
+		if !r.used && !rules.Ignores(api, diff.ScopeDownstream, dst, "call") {
+			d := diff.Difference{Path: "call", Kind: diff.Removed, Want: sqlSummary(r), Note: "recorded command never sent"}
+			out = append(out, Finding{Difference: d, Where: InDownstream, Call: r.ref})
+			details = append(details, CallDetail{CallRef: *r.ref, Recorded: r.Packet, Diffs: []diff.Difference{d}})
+		}
+	}
+	return out, details, true
+}
+
+func sqlSummary(m *mysqlCmd) string {
+	if m.SQL != "" {
+		return cut(m.SQL, 120)
+	}
+	_, k, _ := strings.Cut(m.key, ":")
+	switch m.Cmd {
+	case 0x17:
+		return "execute " + cut(k, 110)
+	case 0x18:
+		return "send long data " + cut(k, 100)
+	case 0x1a:
+		return "reset " + cut(k, 110)
+	}
+	return fmt.Sprintf("command 0x%02x %s", m.Cmd, cut(strconv.Quote(k), 100))
+}

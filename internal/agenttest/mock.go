@@ -285,8 +285,8 @@ func parseRESP(b []byte) (args []string, n int, err error) {
 	if !strings.HasPrefix(head, "*") {
 		return nil, 0, fmt.Errorf("RESP command starts with %q", head)
 	}
-	count, err := strconv.Atoi(head[1:])
-	if err != nil || count < 0 {
+	count, err := respCount(head[1:])
+	if err != nil {
 		return nil, 0, fmt.Errorf("bad RESP array header %q", head)
 	}
 	for range count {
@@ -297,17 +297,33 @@ func parseRESP(b []byte) (args []string, n int, err error) {
 		if !strings.HasPrefix(h, "$") {
 			return nil, 0, fmt.Errorf("RESP argument starts with %q", h)
 		}
-		size, err := strconv.Atoi(h[1:])
-		if err != nil || size < 0 {
+		size, err := respCount(h[1:])
+		if err != nil {
 			return nil, 0, fmt.Errorf("bad RESP bulk header %q", h)
 		}
 		if q+size+2 > len(b) {
 			return nil, 0, nil
 		}
+		if b[q+size] != '\r' || b[q+size+1] != '\n' {
+			return nil, 0, fmt.Errorf("RESP bulk string of %d bytes not followed by CRLF", size)
+		}
 		args = append(args, string(b[q:q+size]))
 		p = q + size + 2
 	}
 	return args, p, nil
+}
+
+// respCount parses a RESP length: decimal digits, no sign, no leading zero.
+func respCount(s string) (int, error) {
+	if s == "" || len(s) > 9 || (s[0] == '0' && len(s) > 1) {
+		return 0, fmt.Errorf("bad RESP length %q", s)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, fmt.Errorf("bad RESP length %q", s)
+		}
+	}
+	return strconv.Atoi(s)
 }
 
 func respReply(args []string) string {

@@ -312,3 +312,37 @@ func TestLookupFetchesRecordingsOnDemand(t *testing.T) {
 		t.Fatalf("%d lookups, want 1", n)
 	}
 }
+
+// A pooled connection may sit idle far longer than ReadTimeout: idleness is
+// no error unless IdleTimeout says so.
+func TestIdleConnections(t *testing.T) {
+	ctx := context.Background()
+	sess, keys, vals := recordRedisGets(t, "idle")
+	t.Run("kept without IdleTimeout", func(t *testing.T) {
+		srv := mocktest.NewServer(t, mockserver.Config{ReadTimeout: 50 * time.Millisecond}, sess)
+		d := &mocktest.Dialer{Mock: srv.Addr(), TID: "idle"}
+		c, err := d.DialContext(ctx, "tcp", testenv.RedisAddr(t)) // one connection, no pool to hide a redial
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for i, pause := range []time.Duration{0, 300 * time.Millisecond} { // six read timeouts, idle
+			time.Sleep(pause)
+			c.Write([]byte(fmt.Sprintf("*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(keys[i]), keys[i], len(vals[i]), vals[i])))
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if l, err := br.ReadString('\n'); l != "+OK\r\n" {
+				t.Fatalf("SET %d after %s idle: %q, %v", i, pause, l, err)
+			}
+		}
+	})
+	t.Run("closed after IdleTimeout", func(t *testing.T) {
+		srv := mocktest.NewServer(t, mockserver.Config{ReadTimeout: 50 * time.Millisecond, IdleTimeout: 100 * time.Millisecond}, sess)
+		c, err := net.Dial("tcp", srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(trace.AppendFrameHeader(nil, "idle", testenv.RedisAddr(t), 0))
+		expectClosed(t, "idle connection", c)
+	})
+}

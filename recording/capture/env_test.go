@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +33,9 @@ const childEnv = "CAPTURE_TEST_CHILD"
 // request; it prints its address, serves until standard input closes, then
 // stops the agent (which flushes the recorder) and exits.
 func runChild() int {
+	if os.Getenv(childEnv) == "echo" {
+		return runEcho()
+	}
 	if err := patches.Err(); err != nil {
 		fmt.Println("agent off:", err)
 		return 1
@@ -62,6 +66,65 @@ func runChild() int {
 	return 0
 }
 
+// runEcho is the HTTP downstream of the fan-out service, in a process of
+// its own (without the agent) like a real downstream: it answers
+// "echo-<id>" until standard input closes.
+func runEcho() int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "echo-"+r.URL.Query().Get("id"))
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Println(ln.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = srv.Close()
+	return 0
+}
+
+// startChild runs the test binary as a child of the kind ("echo" or
+// "service") with extra environment, and returns the address it printed
+// and the function that ends it (closing its standard input) and returns
+// the rest of its output.
+func startChild(tb testing.TB, kind string, env ...string) (addr string, stop func() string) {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), childEnv+"="+kind), env...)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(tb, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(tb, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(tb, cmd.Start())
+	br := bufio.NewReader(stdout)
+	line, err := br.ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		tb.Fatalf("child %s: %v", kind, err)
+	}
+	addr = strings.TrimSpace(line)
+	var once sync.Once
+	var rest string
+	stop = func() string {
+		once.Do(func() {
+			_ = stdin.Close()
+			b, _ := io.ReadAll(br)
+			rest = string(b)
+			if err := cmd.Wait(); err != nil {
+				tb.Errorf("child %s: %v: %s", kind, err, b)
+			}
+		})
+		return rest
+	}
+	tb.Cleanup(func() { stop() })
+	require.NotContains(tb, addr, " ", "child %s: %s", kind, addr)
+	return addr, stop
+}
+
 func TestRecordModeFromEnvironment(t *testing.T) {
 	redisAddr := testenv.RedisAddr(t)
 	dir := t.TempDir()
@@ -69,21 +132,8 @@ func TestRecordModeFromEnvironment(t *testing.T) {
 	require.NoError(t, os.WriteFile(rules, []byte("header Authorization\nregex \"token\":\"[^\"]*\" \"token\":\"***\"\n"), 0o644))
 	rec := filepath.Join(dir, "rec")
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1", "RETRACE_MODE=record", "RETRACE_APP=child",
+	addr, stop := startChild(t, "service", "RETRACE_MODE=record", "RETRACE_APP=child",
 		"RETRACE_RECORD=file://"+rec, "RETRACE_SAMPLE=1", "RETRACE_MASK="+rules, testenv.RedisEnv+"="+redisAddr)
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	br := bufio.NewReader(stdout)
-	addr, err := br.ReadString('\n')
-	require.NoError(t, err)
-	addr = strings.TrimSpace(addr)
-	require.NotContains(t, addr, " ", "child: %s", addr)
 
 	c := &http.Client{Transport: &http.Transport{}}
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -101,9 +151,7 @@ func TestRecordModeFromEnvironment(t *testing.T) {
 		require.Contains(t, string(body), "secret-token", "the service itself sees the real header")
 	}
 	c.CloseIdleConnections()
-	require.NoError(t, stdin.Close())
-	rest, _ := io.ReadAll(br)
-	require.NoError(t, cmd.Wait(), "child: %s", rest)
+	stop()
 
 	st, err := recording.Open(context.Background(), rec)
 	require.NoError(t, err)

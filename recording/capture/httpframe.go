@@ -121,7 +121,7 @@ func (f *respFramer) feed(p []byte) bool {
 }
 
 // endHead decides how the body of the response whose head is in f.head is
-// framed (RFC 9112 section 6.3).
+// framed (RFC 9112 section 6.3). It does not allocate.
 func (f *respFramer) endHead() {
 	head := f.head
 	f.head = f.head[:0]
@@ -129,13 +129,10 @@ func (f *respFramer) endHead() {
 		return // stray CRLF between messages
 	}
 	status, rest, _ := bytes.Cut(head, []byte("\n"))
-	fields := bytes.Fields(status)
-	if len(fields) < 2 || !bytes.HasPrefix(fields[0], []byte("HTTP/")) {
-		f.state = stBroken
-		return
-	}
-	code, err := strconv.Atoi(string(fields[1]))
-	if err != nil {
+	proto, status, _ := bytes.Cut(bytes.TrimSpace(status), []byte(" "))
+	codeB, _, _ := bytes.Cut(bytes.TrimLeft(status, " "), []byte(" "))
+	code, ok := atoi(codeB)
+	if !bytes.HasPrefix(proto, []byte("HTTP/")) || !ok {
 		f.state = stBroken
 		return
 	}
@@ -158,14 +155,14 @@ func (f *respFramer) endHead() {
 		if !ok {
 			continue
 		}
-		v := strings.TrimSpace(string(value))
-		switch strings.ToLower(string(bytes.TrimSpace(name))) {
-		case "content-length":
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+		name, value = bytes.TrimSpace(name), bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("content-length")):
+			if n, ok := atoi(value); ok {
 				cl = n
 			}
-		case "transfer-encoding":
-			chunked = strings.HasSuffix(strings.ToLower(v), "chunked")
+		case bytes.EqualFold(name, []byte("transfer-encoding")):
+			chunked = len(value) >= 7 && bytes.EqualFold(value[len(value)-7:], []byte("chunked"))
 		}
 	}
 	switch {
@@ -178,4 +175,19 @@ func (f *respFramer) endHead() {
 	default:
 		f.state = stUntilClose
 	}
+}
+
+// atoi parses a non-negative decimal number of at most 18 digits.
+func atoi(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }

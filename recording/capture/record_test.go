@@ -60,7 +60,7 @@ func TestRecordFanOut(t *testing.T) {
 	sessions := map[string]*recording.Session{}
 	require.NoError(t, w.store.Scan(context.Background(), func(s *recording.Session) error {
 		if s.Inbound.Local != w.addr {
-			return nil // the in-process HTTP downstream is recorded too
+			return nil // not the service (the test client is not recorded; kept as a guard)
 		}
 		id := idPattern.FindString(string(s.Inbound.Request))
 		require.NotEmpty(t, id, "session %s: no request id in %q", s.ID, s.Inbound.Request)

@@ -41,6 +41,13 @@ func (s *sink) byID(id string) *recording.Session {
 	return nil
 }
 
+// discard is a recording.Writer that drops what it gets.
+type discard struct{}
+
+func (discard) Write(context.Context, []*recording.Session) error { return nil }
+func (discard) Flush(context.Context) error                       { return nil }
+func (discard) Close() error                                      { return nil }
+
 func newTestRecorder(t *testing.T, rate float64, maxPayload int) (*Recorder, *sink) {
 	smp, err := recording.NewSampler(rate)
 	require.NoError(t, err)
@@ -259,5 +266,32 @@ func BenchmarkUnsampledRequest(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		r.StartRequest(inConn, head)
 		r.OutboundRead(rdConn, resp)
+	}
+}
+
+// BenchmarkRecordedRequest is the recorder's own cost for one sampled
+// request with three downstream calls (no I/O, no store).
+func BenchmarkRecordedRequest(b *testing.B) {
+	smp, _ := recording.NewSampler(1)
+	pipe, _ := recording.NewPipeline(recording.PipelineConfig{Store: discard{}, Sampler: smp})
+	r, _ := New(Config{Pipeline: pipe})
+	defer r.Close(context.Background())
+	head := trace.RequestHead{Method: "GET", Path: "/"}
+	req, resp := []byte(getReq), []byte(okResp)
+	rcmd, rrep := []byte("*2\r\n$3\r\nGET\r\n$1\r\na\r\n"), []byte("$1\r\n1\r\n")
+	hreq, hresp := []byte("GET /1 HTTP/1.1\r\n\r\n"), []byte("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1")
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		tid := r.StartRequest(inConn, head)
+		r.InboundRead(inConn, tid, req)
+		release := trace.Bind(&trace.Trace{ID: tid})
+		for range 2 {
+			r.OutboundWrite(rdConn, tid, rcmd)
+			r.OutboundRead(rdConn, rrep)
+		}
+		r.OutboundWrite(htConn, tid, hreq)
+		r.OutboundRead(htConn, hresp)
+		release()
+		r.InboundWrite(inConn, tid, resp)
 	}
 }

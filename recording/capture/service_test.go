@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -127,10 +126,7 @@ func startWorld(tb testing.TB, sampler *recording.Sampler) *world {
 		w.rec, w.store = rec, store
 	}
 
-	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "echo-"+r.URL.Query().Get("id"))
-	}))
-	tb.Cleanup(down.Close)
+	downAddr, _ := startChild(tb, "echo")
 	db, err := sql.Open("mysql", dsn)
 	require.NoError(tb, err)
 	db.SetMaxOpenConns(8)
@@ -139,7 +135,7 @@ func startWorld(tb testing.TB, sampler *recording.Sampler) *world {
 		rdb:   redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 8}),
 		db:    db,
 		hc:    &http.Client{Transport: &http.Transport{MaxConnsPerHost: 4, MaxIdleConnsPerHost: 4}},
-		down:  down.URL,
+		down:  "http://" + downAddr,
 		table: table,
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -94,6 +95,11 @@ func runMock(ctx context.Context, p *proc, args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(p.Stderr, &slog.HandlerOptions{Level: level}))
 
+	if dir, ok := localDir(*src); ok {
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return usageError("--recordings %q: not a directory of recordings", *src)
+		}
+	}
 	store, err := recording.Open(ctx, *src, recording.WithErrorHandler(func(err error) { log.Warn("skipped", "err", err) }))
 	if err != nil {
 		return fmt.Errorf("--recordings %q: %w", *src, err)
@@ -130,6 +136,9 @@ func runMock(ctx context.Context, p *proc, args []string) error {
 			return fmt.Errorf("loading %s: %w", *src, err)
 		}
 		fmt.Fprintf(p.Stderr, "retrace mock: loaded %d sessions from %s in %s\n", n, *src, time.Since(start).Round(time.Millisecond))
+		if n == 0 {
+			fmt.Fprintf(p.Stderr, "retrace mock: warning: %s holds no sessions; every traced request will be a missing mock\n", *src)
+		}
 	}
 	if err := srv.Start(); err != nil {
 		return err
@@ -138,6 +147,14 @@ func runMock(ctx context.Context, p *proc, args []string) error {
 	<-ctx.Done()
 	fmt.Fprintln(p.Stderr, "retrace mock: stopping")
 	return srv.Close()
+}
+
+// localDir returns the directory a --recordings value names, if it names one.
+func localDir(src string) (string, bool) {
+	if rest, ok := strings.CutPrefix(src, "file://"); ok {
+		return rest, true
+	}
+	return src, !strings.Contains(src, "://")
 }
 
 var _ flag.Value = kvList{}

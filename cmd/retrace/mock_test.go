@@ -95,6 +95,7 @@ func TestMockCommandUsageErrors(t *testing.T) {
 		"no recordings": {"mock"},
 		"bad strategy":  {"mock", "--recordings", t.TempDir(), "--strategy", "nearest"},
 		"bad per-dst":   {"mock", "--recordings", t.TempDir(), "--strategy-for", "nodst"},
+		"missing dir":   {"mock", "--recordings", t.TempDir() + "/absent"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var out syncBuffer

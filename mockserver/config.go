@@ -38,7 +38,10 @@ const (
 	// Hamming distance over the shorter length.
 	StrategyHamming Strategy = "hamming"
 	// StrategyJSON takes the unused call whose JSON body has the largest
-	// share of fields equal to the live one's.
+	// share of fields equal to the live one's (HTTP: the decoded body;
+	// Redis: the last argument, such as the value of a SET; fields are
+	// compared by JSON path). Requests whose body is no JSON object or array
+	// fall through to the next strategy.
 	StrategyJSON Strategy = "json"
 	// StrategySQL takes, among unused calls with the same normalised SQL,
 	// the one with the most equal literals / statement parameters.

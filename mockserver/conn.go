@@ -262,6 +262,8 @@ func (c *conn) answer(r *request) (closeAfter bool) {
 			} else {
 				reason = fmt.Sprintf("untraced request to %s could not be proxied to %s: %v", c.dst, real, err)
 			}
+		} else if ok {
+			reason = fmt.Sprintf("untraced %s request to %s: only HTTP and Redis requests can be proxied one by one (pass the destination through instead)", proto, c.dst)
 		} else {
 			reason = fmt.Sprintf("untraced request (empty trace id) to %s, and no proxy is configured for it", c.dst)
 		}

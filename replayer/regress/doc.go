@@ -14,6 +14,12 @@
 // differences the baseline shows too are reported as pre-existing rather
 // than as regressions.
 //
+// Downstream calls are paired with recorded calls by the mock server's
+// match; requests that matched the same recorded call are joined first (a
+// recorded Redis pipeline is answered command by command). MySQL traffic is
+// compared command by command per destination instead (see mysql.go), since
+// how a driver groups its writes into calls differs between runs.
+//
 // Session errors (target unreachable, timeout, connection reset, a bad
 // recording) are results with status "error"; they never stop a run.
 package regress

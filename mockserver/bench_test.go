@@ -216,3 +216,82 @@ func BenchmarkLoad100kSessions(b *testing.B) {
 		srv.Close()
 	}
 }
+
+// paced sends, on each of benchConns connections, one request every
+// interval for dur, and returns the latency histogram measured from each
+// request's intended send time (no coordinated omission).
+func paced(b *testing.B, dial func(i int) net.Conn, payload func(i int) []byte, respLen func(i int) int, interval, dur time.Duration) *hdrhistogram.Histogram {
+	all := hdrhistogram.New(1, int64(10*time.Second), 3)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range benchConns {
+		conn := dial(c)
+		wg.Go(func() {
+			defer conn.Close()
+			h := hdrhistogram.New(1, int64(10*time.Second), 3)
+			out, buf := payload(c), make([]byte, respLen(c))
+			br := bufio.NewReader(conn)
+			// spread the connections' first sends over one interval
+			next := start.Add(interval * time.Duration(c) / benchConns)
+			for next.Before(start.Add(dur)) {
+				time.Sleep(time.Until(next))
+				if _, err := conn.Write(out); err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := io.ReadFull(br, buf); err != nil {
+					b.Error(err)
+					return
+				}
+				h.RecordValue(int64(time.Since(next)))
+				next = next.Add(interval)
+			}
+			mu.Lock()
+			all.Merge(h)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return all
+}
+
+// BenchmarkLatencyAtRate measures p50 and p99 at 64 connections sending
+// 5,000 requests per second in all (below saturation), for the mock server
+// and the plain server. Each b.N iteration is one second of load.
+func BenchmarkLatencyAtRate(b *testing.B) {
+	var sessions []*recording.Session
+	var reqs, resps [][]byte
+	for i := range benchConns {
+		req, resp := benchCall(i)
+		reqs, resps = append(reqs, req), append(resps, resp)
+		sessions = append(sessions, &recording.Session{V: 1, ID: fmt.Sprintf("rate-%d", i), Calls: []recording.Call{
+			{Seq: 0, Proto: "redis", Dst: "10.0.0.7:6379", Request: req, Response: resp}}})
+	}
+	srv := mocktest.NewServer(b, mockserver.Config{Strategies: []mockserver.Strategy{"first"}, MaxObserved: 1000}, sessions...)
+	paddr, stop := plainServer(b, reqs, resps)
+	defer stop()
+	respLen := func(i int) int { return len(resps[i]) }
+	interval := time.Duration(benchConns) * time.Second / 5000
+	for range b.N {
+		ph := paced(b, func(int) net.Conn {
+			c, err := net.Dial("tcp", paddr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return c
+		}, func(i int) []byte { return reqs[i] }, respLen, interval, time.Second)
+		mh := paced(b, func(i int) net.Conn {
+			d := &mocktest.Dialer{Mock: srv.Addr(), TID: fmt.Sprintf("rate-%d", i)}
+			c, err := d.DialContext(context.Background(), "tcp", "10.0.0.7:6379")
+			if err != nil {
+				b.Fatal(err)
+			}
+			return c.(*mocktest.Conn).Conn
+		}, func(i int) []byte { return trace.AppendFrame(nil, fmt.Sprintf("rate-%d", i), "10.0.0.7:6379", reqs[i]) }, respLen, interval, time.Second)
+		b.ReportMetric(float64(ph.ValueAtQuantile(50))/1e3, "plain-p50-µs")
+		b.ReportMetric(float64(ph.ValueAtQuantile(99))/1e3, "plain-p99-µs")
+		b.ReportMetric(float64(mh.ValueAtQuantile(50))/1e3, "mock-p50-µs")
+		b.ReportMetric(float64(mh.ValueAtQuantile(99))/1e3, "mock-p99-µs")
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"net"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/retrace-dev/retrace/hook"
 	"github.com/retrace-dev/retrace/trace"
@@ -153,29 +152,3 @@ func BenchmarkRead(b *testing.B) {
 	}
 }
 
-// BenchmarkTimeNow: time.Now unpatched, patched on a goroutine with no
-// trace, and on one replaying a recorded time.
-func BenchmarkTimeNow(b *testing.B) {
-	for _, c := range []struct {
-		name   string
-		mode   hook.Mode
-		replay bool
-	}{{"unhooked", hook.Off, false}, {"replay/untraced", hook.Replay, false}, {"replay/replay-time", hook.Replay, true}} {
-		b.Run(c.name, func(b *testing.B) {
-			if c.mode != hook.Off {
-				undo, err := hook.Install(hook.Config{Mode: c.mode, MockAddr: "127.0.0.1:9", Logger: discardLogger()})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer undo()
-			}
-			if c.replay {
-				defer trace.Bind(&trace.Trace{ID: "rt0123456789abcdef", ReplayTime: time.Unix(1700000000, 0), Arrived: time.Now()})()
-			}
-			b.ReportAllocs()
-			for range b.N {
-				_ = time.Now()
-			}
-		})
-	}
-}

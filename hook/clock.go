@@ -3,6 +3,7 @@ package hook
 import (
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -81,6 +82,9 @@ func realNow() time.Time {
 // since arrival on the goroutines of a request replayed with
 // Retrace-Replay-Time, the real clock everywhere else.
 func nowDouble() time.Time {
+	if replayClocks.Load() == 0 {
+		return realNow() // no request replays a recorded time: skip the trace lookup
+	}
 	if e := active.Load(); e != nil && e.clock {
 		if t := trace.Current(); t != nil && !t.ReplayTime.IsZero() {
 			return t.ReplayTime.Add(realNow().Sub(t.Arrived))
@@ -95,4 +99,23 @@ func clockTarget() (target, error) {
 	word := new(uintptr)
 	*word = v.Pointer()
 	return target{name: "time.Now", word: unsafe.Pointer(word), typ: v.Type(), double: nowDouble}, nil
+}
+
+// replayClocks counts the live bindings of requests that carry
+// Retrace-Replay-Time; while it is zero the patched time.Now does not look
+// up the calling goroutine's trace. (A goroutine that inherited such a
+// trace keeps the mocked clock until the binding is released: that is when
+// the count drops.)
+var replayClocks atomic.Int64
+
+// withReplayClock counts a binding with a replay time until release.
+func withReplayClock(release func()) func() {
+	replayClocks.Add(1)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			replayClocks.Add(-1)
+			release()
+		})
+	}
 }

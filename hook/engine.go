@@ -359,6 +359,9 @@ func (e *engine) bind(st *connState, tid string, replayTime time.Time) {
 	if t != nil {
 		st.release = trace.Bind(t)
 		counters.bound.Add(1)
+		if !replayTime.IsZero() {
+			st.release = withReplayClock(st.release)
+		}
 	}
 	if e.cfg.Mode == Record { // only record mode reports responses by trace
 		tp := new(string)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/retrace-dev/retrace/trace"
@@ -132,4 +133,31 @@ func listen(b *testing.B) string {
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// BenchmarkTimeNow: time.Now unpatched, patched on a goroutine with no
+// replayed time, and on a request's goroutine replaying a recorded time.
+func BenchmarkTimeNow(b *testing.B) {
+	for _, c := range []struct {
+		name           string
+		hooked, replay bool
+	}{{"unhooked", false, false}, {"replay/untraced", true, false}, {"replay/replay-time", true, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			if c.hooked {
+				undo, err := Install(Config{Mode: Replay, MockAddr: "127.0.0.1:9", Logger: slog.New(slog.DiscardHandler)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer undo()
+			}
+			if c.replay {
+				t := &trace.Trace{ID: "rt0123456789abcdef", ReplayTime: time.Unix(1700000000, 0), Arrived: time.Now()}
+				defer withReplayClock(trace.Bind(t))()
+			}
+			b.ReportAllocs()
+			for range b.N {
+				_ = time.Now()
+			}
+		})
+	}
 }

@@ -151,4 +151,3 @@ func BenchmarkRead(b *testing.B) {
 		})
 	}
 }
-

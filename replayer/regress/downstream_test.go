@@ -134,6 +134,13 @@ func TestMySQLComparedByCommand(t *testing.T) {
 			obs(1, 1, execOne(5, "k2")),
 			obs(2, 2, mysqlPkt(0x16, "INSERT INTO o VALUES (?, ?)")),
 		}, `[downstream #1 mysql 10.0.0.8:3306: params[0] changed "k1"→"k2" downstream #2 mysql 10.0.0.8:3306: sql changed INSERT INTO o VALUES (?)→INSERT INTO o VALUES (?, ?) downstream recorded #3 mysql 10.0.0.8:3306: call removed execute INSERT INTO o VALUES (?)→]`},
+		{"set-up labels differ", []mockserver.ObservedCall{
+			{Seq: 0, Matched: 0, Proto: "mysql", Dst: db, Setup: true, Request: []byte(mysqlPkt(0x16, "SELECT a FROM t WHERE id = ?"))},
+			obs(1, 1, execOne(5, "k1")),
+			obs(2, 2, mysqlPkt(0x16, "INSERT INTO o VALUES (?)")),
+			obs(3, 3, execOne(6, "v1")),
+			{Seq: 4, Matched: -1, Proto: "mysql", Dst: db, Setup: true, Request: []byte(mysqlPkt(0x03, "SET NAMES utf8mb4"))},
+		}, "[]"},
 		{"extra query", []mockserver.ObservedCall{
 			obs(0, 0, mysqlPkt(0x16, "SELECT a FROM t WHERE id = ?")),
 			obs(1, 1, execOne(5, "k1")),

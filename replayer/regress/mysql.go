@@ -21,9 +21,10 @@ import (
 // mysqlCmd is one command with where it came from.
 type mysqlCmd struct {
 	diff.MySQLCommand
-	key  string   // pairing key
-	ref  *CallRef // the call that carried it
-	used bool
+	key   string   // pairing key
+	ref   *CallRef // the call that carried it
+	used  bool
+	setup bool // connection set-up: paired when it can be, never reported
 }
 
 // mysqlFindings compares the MySQL traffic of one destination.
@@ -32,7 +33,7 @@ func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep
 	var rec []*mysqlCmd
 	for i := range s.Calls {
 		c := &s.Calls[i]
-		if c.Setup || c.Proto != "mysql" || c.Dst != dst {
+		if c.Proto != "mysql" || c.Dst != dst {
 			continue
 		}
 		cmds, ok := diff.MySQLCommands(c.Request)
@@ -46,12 +47,12 @@ func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep
 		}
 		ref := &CallRef{Seq: -1, Matched: c.Seq, Proto: c.Proto, Dst: c.Dst, Summary: summarize(c.Proto, c.Request)}
 		for _, m := range cmds {
-			rec = append(rec, &mysqlCmd{MySQLCommand: m, ref: ref})
+			rec = append(rec, &mysqlCmd{MySQLCommand: m, ref: ref, setup: c.Setup})
 		}
 	}
 	var obs []*mysqlCmd
 	for _, oc := range rep.Calls {
-		if oc.Setup || oc.Proto != "mysql" || oc.Dst != dst {
+		if oc.Proto != "mysql" || oc.Dst != dst {
 			continue
 		}
 		cmds, ok := diff.MySQLCommands(oc.Request)
@@ -60,7 +61,7 @@ func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep
 		}
 		ref := &CallRef{Seq: oc.Seq, Matched: oc.Matched, Proto: oc.Proto, Dst: oc.Dst, Summary: summarize(oc.Proto, oc.Request)}
 		for _, m := range cmds {
-			obs = append(obs, &mysqlCmd{MySQLCommand: m, ref: ref})
+			obs = append(obs, &mysqlCmd{MySQLCommand: m, ref: ref, setup: oc.Setup})
 		}
 	}
 	key := func(m *mysqlCmd) string {
@@ -85,6 +86,9 @@ func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep
 	var details []CallDetail
 	compare := func(r, o *mysqlCmd) {
 		r.used, o.used = true, true
+		if r.setup || o.setup {
+			return // set-up traffic is the mock server's business
+		}
 		ds := rules.CompareCalls(api, "mysql", dst, r.WithoutStmtID(), o.WithoutStmtID())
 		for _, d := range ds {
 			out = append(out, Finding{Difference: d, Where: InDownstream, Call: o.ref})
@@ -98,7 +102,7 @@ func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep
 				continue
 			}
 			for _, r := range rec {
-				if !r.used && (pass == 0 && r.key == o.key || pass == 1 && r.Cmd == o.Cmd) {
+				if !r.used && (pass == 0 && r.key == o.key || pass == 1 && r.Cmd == o.Cmd && !r.setup && !o.setup) {
 					compare(r, o)
 					break
 				}
@@ -106,14 +110,14 @@ func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep
 		}
 	}
 	for _, o := range obs {
-		if !o.used && !rules.Ignores(api, diff.ScopeDownstream, dst, "call") {
+		if !o.used && !o.setup && !rules.Ignores(api, diff.ScopeDownstream, dst, "call") {
 			d := diff.Difference{Path: "call", Kind: diff.Added, Got: sqlSummary(o), Note: "no recorded command like it"}
 			out = append(out, Finding{Difference: d, Where: InDownstream, Call: o.ref})
 			details = append(details, CallDetail{CallRef: *o.ref, Replayed: o.Packet, Diffs: []diff.Difference{d}})
 		}
 	}
 	for _, r := range rec {
-		if !r.used && !rules.Ignores(api, diff.ScopeDownstream, dst, "call") {
+		if !r.used && !r.setup && !rules.Ignores(api, diff.ScopeDownstream, dst, "call") {
 			d := diff.Difference{Path: "call", Kind: diff.Removed, Want: sqlSummary(r), Note: "recorded command never sent"}
 			out = append(out, Finding{Difference: d, Where: InDownstream, Call: r.ref})
 			details = append(details, CallDetail{CallRef: *r.ref, Recorded: r.Packet, Diffs: []diff.Difference{d}})

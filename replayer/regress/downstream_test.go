@@ -50,6 +50,9 @@ func TestDownstreamFindings(t *testing.T) {
 		{"call without recording", []mockserver.ObservedCall{
 			obs(0, -1, "http", "metrics:9000", "POST /m HTTP/1.1\r\nHost: metrics\r\n\r\n"),
 		}, nil, nil, "[downstream #0 http metrics:9000: call added →POST /m HTTP/1.1]"},
+		{"proxied call", []mockserver.ObservedCall{
+			{Seq: 0, Matched: -1, Proto: "http", Dst: "shadow:80", Proxied: true, Request: []byte("GET / HTTP/1.1\r\nHost: shadow\r\n\r\n")},
+		}, nil, nil, "[]"},
 		{"call without recording ignored by rule", []mockserver.ObservedCall{
 			obs(0, -1, "http", "metrics:9000", "POST /m HTTP/1.1\r\nHost: metrics\r\n\r\n"),
 		}, nil, []diff.Rule{{Ignore: "call", Scope: diff.ScopeDownstream, Dst: "metrics:*"}}, "[]"},

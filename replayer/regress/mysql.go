@@ -52,7 +52,7 @@ func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep
 	}
 	var obs []*mysqlCmd
 	for _, oc := range rep.Calls {
-		if oc.Proto != "mysql" || oc.Dst != dst {
+		if oc.Proto != "mysql" || oc.Dst != dst || oc.Proxied {
 			continue
 		}
 		cmds, ok := diff.MySQLCommands(oc.Request)

@@ -387,7 +387,7 @@ func downstream(rules *diff.Rules, api string, s *recording.Session, rep *mockse
 	// MySQL destinations are compared command by command (mysql.go).
 	bySQL := map[string]bool{}
 	for _, oc := range rep.Calls {
-		if !oc.Setup && oc.Proto == "mysql" && !bySQL[oc.Dst] {
+		if !oc.Setup && !oc.Proxied && oc.Proto == "mysql" && !bySQL[oc.Dst] {
 			fs, cds, ok := mysqlFindings(rules, api, oc.Dst, s, rep)
 			if ok {
 				out = append(out, fs...)
@@ -401,8 +401,8 @@ func downstream(rules *diff.Rules, api string, s *recording.Session, rep *mockse
 	joined := joinByMatch(rep.Calls)
 	done := map[int]bool{}
 	for _, oc := range rep.Calls {
-		if oc.Setup || bySQL[oc.Dst] {
-			continue
+		if oc.Setup || oc.Proxied || bySQL[oc.Dst] {
+			continue // proxied: a pass-through destination, answered by the real server
 		}
 		ref := &CallRef{Seq: oc.Seq, Matched: oc.Matched, Proto: oc.Proto, Dst: oc.Dst, Summary: summarize(oc.Proto, oc.Request)}
 		cd := CallDetail{CallRef: *ref, Replayed: oc.Request}
@@ -454,7 +454,7 @@ func downstream(rules *diff.Rules, api string, s *recording.Session, rep *mockse
 func joinByMatch(calls []mockserver.ObservedCall) map[int][]byte {
 	out := map[int][]byte{}
 	for _, c := range calls {
-		if !c.Setup && c.Matched >= 0 {
+		if !c.Setup && !c.Proxied && c.Matched >= 0 {
 			out[c.Matched] = append(out[c.Matched], c.Request...)
 		}
 	}

@@ -119,6 +119,7 @@ func TestRecordFanOut(t *testing.T) {
 	require.Empty(t, rec.misattributed)
 	require.Empty(t, rec.leaks)
 	require.Equal(t, clients*rounds, rec.starts)
+	require.GreaterOrEqual(t, rec.closed, clients, "the clients' closed connections were reported")
 	// Per request: its inbound request and response, the line request,
 	// SET, GET and the HTTP request at least.
 	require.GreaterOrEqual(t, rec.tagged, clients*rounds*6)

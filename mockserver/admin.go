@@ -14,7 +14,7 @@ import (
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "sessions": s.idx.count()})
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "sessions": s.idx.count(), "traces": s.Traces()})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("POST /traces", func(w http.ResponseWriter, r *http.Request) {

@@ -5,7 +5,7 @@ import "github.com/retrace-dev/retrace/recording"
 // The admin API (HTTP, JSON) of the mock server. These types are its wire
 // contract with the replayer; fields are only ever added.
 //
-//	GET    /healthz                   {"ok":true,"sessions":N}
+//	GET    /healthz                   {"ok":true,"sessions":N,"traces":N}
 //	GET    /metrics                   Prometheus text format
 //	POST   /traces                    body Alias: replay recording R under trace id T
 //	DELETE /traces/{trace}            forget what was observed for a trace (and its alias)

@@ -107,6 +107,14 @@ func (s *Server) Start() error {
 	return nil
 }
 
+// Traces returns how many traces the server holds state for (every trace
+// seen or aliased and not yet deleted through DELETE /traces/{trace}).
+func (s *Server) Traces() int {
+	s.traces.mu.RLock()
+	defer s.traces.mu.RUnlock()
+	return len(s.traces.traces)
+}
+
 // Addr returns the address of the framed-traffic listener ("" before Start).
 func (s *Server) Addr() string {
 	s.mu.Lock()

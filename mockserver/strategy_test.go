@@ -276,12 +276,16 @@ func TestAliasReplaysOneRecordingTwice(t *testing.T) {
 		t.Fatalf("report of alias-a: recording %q, %d calls, %d unused", r.Recording, len(r.Calls), len(r.Unused))
 	}
 	// DELETE forgets the alias: the trace then resolves to no recording.
+	before := srv.Traces()
 	req, _ := http.NewRequest("DELETE", srv.AdminURL()+"/traces/alias-a", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
+	if after := srv.Traces(); after != before-1 {
+		t.Errorf("%d traces after DELETE, %d before", after, before)
+	}
 	defer mocktest.Bind("alias-a")()
 	if err := c.Get(ctx, keys[0]).Err(); err == nil || err == goredis.Nil {
 		t.Fatalf("GET after DELETE /traces/alias-a: %v, want a missing-mock error", err)

@@ -32,6 +32,21 @@ type sessionEntry struct {
 type dstUnits struct {
 	units []unit
 	byOp  map[string][]int // unit indexes in recorded order, by operation
+	flat  sync.Map         // unit index → its body as flattened JSON (nil: not JSON), for the JSON strategy
+}
+
+// flatJSON returns unit i's body flattened by flatJSON, computed once.
+func (du *dstUnits) flatJSON(i int) (map[string]string, bool) {
+	if v, ok := du.flat.Load(i); ok {
+		m := v.(map[string]string)
+		return m, m != nil
+	}
+	m, ok := flatJSON(du.units[i].req.body)
+	if !ok {
+		m = nil
+	}
+	du.flat.Store(i, m)
+	return m, ok
 }
 
 type unit struct {

@@ -56,7 +56,7 @@ func pick(st Strategy, live *request, du *dstUnits, cands []int, used []bool, cu
 			return 0, 0, false
 		}
 		i, score, ok := best(cands, used, func(i int) float64 {
-			rv, ok := flatJSON(du.units[i].req.body)
+			rv, ok := du.flatJSON(i)
 			if !ok {
 				return 0
 			}

@@ -119,4 +119,14 @@ func TestInitFromEnvironment(t *testing.T) {
 
 	out, _ = run("RETRACE_MODE=")
 	require.Contains(t, out, "mode=off patched=0")
+
+	if recorderFactory != nil {
+		// Record mode: conn Read/Write/Close and the HTTP transport; no
+		// connect redirection, no clock.
+		out, errOut = run("RETRACE_MODE=record", "RETRACE_RECORD="+t.TempDir())
+		require.Contains(t, out, "mode=record patched=4")
+		require.NotContains(t, out, "err=")
+		require.NotContains(t, out, "stop=")
+		require.NotContains(t, errOut, "retrace: agent off")
+	}
 }

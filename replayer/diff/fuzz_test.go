@@ -78,6 +78,7 @@ func FuzzCompareCalls(f *testing.F) {
 	f.Add("mysql", []byte(mysqlPacket(3, "SELECT 1")), []byte(mysqlPacket(3, "SELECT  2")))
 	f.Add("http", []byte(httpReq("POST", "/", "", `{"a":1}`)), []byte(httpReq("POST", "/", "", `{"a":2}`)))
 	f.Add("raw", []byte("x"), []byte("y"))
+	f.Add("mysql", []byte(mysqlPacket(0x17, execute(7, "DE"))), []byte(mysqlPacket(0x19, "\x01\x00\x00\x00")+mysqlPacket(0x17, execute(8, "FR"))))
 	f.Fuzz(func(t *testing.T, proto string, a, b []byte) {
 		var r *Rules
 		if ds := r.CompareCalls("x", proto, "d:1", a, a); len(ds) != 0 {

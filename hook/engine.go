@@ -71,6 +71,9 @@ func (e *engine) debugOnce(key, msg string, args ...any) {
 // recovered counts and reports (once per place) a panic caught in a hook.
 func (e *engine) recovered(where string, r any) {
 	counters.failures.Add(1)
+	if _, dup := e.reported.Load("panic:" + where); dup {
+		return // don't pay for a stack trace that will not be logged
+	}
 	e.reportOnce("panic:"+where, "hook panicked; the application's I/O proceeds unhooked",
 		"where", where, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 }

@@ -57,7 +57,7 @@ func transportTarget() (target, error) {
 func transportRoundTrip(t *http.Transport, req *http.Request) (*http.Response, error) {
 	sent := req
 	if e := active.Load(); e != nil {
-		sent = e.carry(req)
+		sent = e.carry(t, req)
 	}
 	resp, err := (*roundTrip.Load())(t, sent)
 	if resp != nil && resp.Request == sent && sent != req {
@@ -67,9 +67,9 @@ func transportRoundTrip(t *http.Transport, req *http.Request) (*http.Response, e
 }
 
 // carry returns req, or a copy of it with the current trace in
-// TraceHeader. Only plain http: over TLS the Write hook sees ciphertext and
-// could not strip the header.
-func (e *engine) carry(req *http.Request) (out *http.Request) {
+// TraceHeader. Only plain HTTP/1: over TLS the Write hook sees ciphertext,
+// and unencrypted HTTP/2 compresses headers, so it could not strip it.
+func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request) {
 	defer func() {
 		if r := recover(); r != nil {
 			e.recovered("http-transport", r)
@@ -77,6 +77,9 @@ func (e *engine) carry(req *http.Request) (out *http.Request) {
 		}
 	}()
 	if req == nil || req.URL == nil || req.URL.Scheme != "http" {
+		return req
+	}
+	if t != nil && t.Protocols != nil && t.Protocols.UnencryptedHTTP2() {
 		return req
 	}
 	tid := trace.CurrentID()

@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"bytes"
 	"sync"
 
 	"github.com/retrace-dev/retrace/hook"
@@ -93,8 +94,10 @@ func (r *Recorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
 		cur.req.add(p, r.max)
 	}
 	if len(oc.early) > 0 {
-		cur.resp.add(oc.early, r.maxFor(cur))
-		cur.framer.feed(oc.early)
+		if oc.proto == protoHTTP {
+			cur.resp.add(oc.early, r.maxFor(cur))
+			cur.framer.feed(oc.early)
+		}
 		oc.early = oc.early[:0]
 	}
 }
@@ -134,11 +137,14 @@ func (r *Recorder) OutboundRead(c hook.ConnInfo, p []byte) {
 	}
 	oc, ok := r.outConns.get(c.ID)
 	if !ok {
-		if !isMySQLGreeting(p) {
+		if !isMySQLGreeting(p) && !bytes.HasPrefix(p, []byte("HTTP/1.")) {
 			// bytes on a connection whose writes were never reported:
 			// traffic of no sampled request.
 			return
 		}
+		// a server that speaks first (MySQL), or the answer to the first
+		// request of a new HTTP connection read before the write was
+		// reported (net/http reads on another goroutine than it writes)
 		oc = r.outConn(c)
 	}
 	now := r.now()
@@ -147,10 +153,13 @@ func (r *Recorder) OutboundRead(c hook.ConnInfo, p []byte) {
 	cur := oc.cur
 	switch {
 	case cur == nil && !oc.wrote:
-		// the server speaks first: a MySQL greeting is set-up traffic
-		if !isMySQLGreeting(p) {
+		if len(oc.early) > 0 || !isMySQLGreeting(p) {
+			if len(oc.early)+len(p) <= maxEarly {
+				oc.early = append(oc.early, p...) // for the first request, if HTTP
+			}
 			return
 		}
+		// the server speaks first: a MySQL greeting is set-up traffic
 		oc.proto = protoMySQL
 		cur = &call{oc: oc, tid: trace.CurrentID(), setup: true, start: now}
 		oc.cur = cur

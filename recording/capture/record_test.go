@@ -107,6 +107,11 @@ func checkSession(t *testing.T, id string, s *recording.Session) {
 			assert.LessOrEqual(t, s.Calls[i-1].StartNs, c.StartNs, "calls in start order")
 		}
 		for _, other := range idPattern.FindAllString(string(c.Request)+string(c.Response), -1) {
+			if other != id {
+				for j, c := range s.Calls {
+					t.Logf("call %d conn %d start %d dur %d %s %q → %q", j, c.Conn, c.StartNs, c.DurNs, c.Proto, c.Request, c.Response)
+				}
+			}
 			require.Equal(t, id, other, "session %s (request %s) holds a call of request %s: %q", s.ID, id, other, c.Request)
 		}
 		mine := bytes.Contains(c.Request, []byte(id))

@@ -144,6 +144,19 @@ func TestHTTPResponseBeforeItsRequestIsReported(t *testing.T) {
 	}, reqs(out.byID(a)))
 }
 
+func TestFirstHTTPAnswerBeforeItsRequestIsReported(t *testing.T) {
+	r, out := newTestRecorder(t, 1, -1)
+	a := request(t, r, inConn, trace.RequestHead{}, func(tid string) {
+		// a new connection: the reader reports the answer first
+		r.OutboundRead(htConn, []byte("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1"))
+		r.OutboundWrite(htConn, tid, []byte("GET /1 HTTP/1.1\r\n\r\n"))
+	})
+	settle(t, r)
+	assert.Equal(t, []string{
+		`http "GET /1 HTTP/1.1\r\n\r\n" → "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1"`,
+	}, reqs(out.byID(a)))
+}
+
 func TestExpectContinueIsOneCall(t *testing.T) {
 	r, out := newTestRecorder(t, 1, -1)
 	a := request(t, r, inConn, trace.RequestHead{}, func(tid string) {

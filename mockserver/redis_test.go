@@ -93,3 +93,34 @@ func TestRedis128ConcurrentTraces(t *testing.T) {
 		}
 	}
 }
+
+// The same work with a RESP2 client (HELLO 2 or no HELLO at all).
+func TestRedisRESP2Client(t *testing.T) {
+	ctx := context.Background()
+	prefix := "retrace-mock-r2-" + randHex(4)
+	rec := mocktest.NewRecorder()
+	real := goredis.NewClient(&goredis.Options{Addr: testenv.RedisAddr(t), Dialer: rec.Dialer("redis", ""), Protocol: 2})
+	want := make([]string, 4)
+	for i := range want {
+		func() {
+			defer mocktest.Bind(fmt.Sprintf("r2-%d-%s", i, prefix))()
+			var err error
+			if want[i], err = redisWork(ctx, real, prefix, i); err != nil {
+				t.Fatal(err)
+			}
+		}()
+	}
+	real.Close()
+	srv := mocktest.NewServer(t, mockserver.Config{}, rec.Sessions()...)
+	d := &mocktest.Dialer{Mock: srv.Addr()}
+	c := goredis.NewClient(&goredis.Options{Addr: testenv.RedisAddr(t), Dialer: d.DialContext, Protocol: 2, MaxRetries: -1})
+	defer c.Close()
+	for i := range want {
+		func() {
+			defer mocktest.Bind(fmt.Sprintf("r2-%d-%s", i, prefix))()
+			if got, err := redisWork(ctx, c, prefix, i); got != want[i] || err != nil {
+				t.Errorf("trace %d: %q, %v; recorded %q", i, got, err, want[i])
+			}
+		}()
+	}
+}

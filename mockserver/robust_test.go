@@ -346,3 +346,16 @@ func TestIdleConnections(t *testing.T) {
 		expectClosed(t, "idle connection", c)
 	})
 }
+
+// A pass-through destination of a server-first protocol: the real MySQL
+// greets through the mock server.
+func TestPassthroughMySQL(t *testing.T) {
+	dbName, addr := scratchDB(t, 1)
+	srv := mocktest.NewServer(t, mockserver.Config{Passthrough: map[string]string{addr: ""}})
+	d := &mocktest.Dialer{Mock: srv.Addr(), TID: "any"}
+	db := mysqlDB(t, d.DialContext, dbName, 2)
+	var v string
+	if err := db.QueryRow("SELECT v FROM t WHERE id = ?", 1).Scan(&v); err != nil || !strings.HasPrefix(v, "row-1-") {
+		t.Fatalf("query through pass-through: %q, %v", v, err)
+	}
+}

@@ -53,8 +53,13 @@ func isMySQLGreeting(p []byte) bool {
 
 // isSetupRedis reports whether every command of a write burst is
 // connection set-up (HELLO, AUTH, SELECT, CLIENT …), as the mock server
-// classifies them.
+// classifies them. The common case, a first command that is not set-up, is
+// decided from its name without allocating.
 func isSetupRedis(req []byte) bool {
+	name, ok := firstRedisName(req)
+	if !ok || !setupRedisName(name) {
+		return false
+	}
 	n := 0
 	for len(req) > 0 {
 		args, m, err := redis.ParseCommand(req, len(req))
@@ -64,6 +69,41 @@ func isSetupRedis(req []byte) bool {
 		req, n = req[m:], n+1
 	}
 	return n > 0
+}
+
+// firstRedisName returns the name of the RESP command at the start of req
+// ("*N\r\n$L\r\nNAME\r\n…").
+func firstRedisName(req []byte) ([]byte, bool) {
+	i := bytes.Index(req, []byte("\r\n"))
+	if i < 2 || req[0] != '*' || i+1 >= len(req) || req[i+2] != '$' {
+		return nil, false
+	}
+	rest := req[i+3:]
+	j := bytes.Index(rest, []byte("\r\n"))
+	if j < 1 {
+		return nil, false
+	}
+	l := 0
+	for _, c := range rest[:j] {
+		if c < '0' || c > '9' || l > 1<<20 {
+			return nil, false
+		}
+		l = l*10 + int(c-'0')
+	}
+	if len(rest) < j+2+l {
+		return nil, false
+	}
+	return rest[j+2 : j+2+l], true
+}
+
+// setupRedisName is a cheap pre-check of redis.IsSetup on a command name.
+func setupRedisName(name []byte) bool {
+	for _, s := range [...]string{"HELLO", "AUTH", "SELECT", "PING", "READONLY", "READWRITE", "QUIT", "RESET", "CLIENT"} {
+		if bytes.EqualFold(name, []byte(s)) {
+			return true
+		}
+	}
+	return false
 }
 
 // isSetupMySQL reports whether a command-phase request is session set-up

@@ -308,3 +308,23 @@ func BenchmarkRecordedRequest(b *testing.B) {
 		r.InboundWrite(inConn, tid, resp)
 	}
 }
+
+func TestIsSetupRedis(t *testing.T) {
+	tests := []struct {
+		req  string
+		want bool
+	}{
+		{"*2\r\n$5\r\nhello\r\n$1\r\n3\r\n", true},
+		{"*4\r\n$6\r\nclient\r\n$7\r\nsetinfo\r\n$8\r\nLIB-NAME\r\n$2\r\nx1\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n", true},
+		{"*2\r\n$6\r\nselect\r\n$1\r\n2\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", false},
+		{"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", false},
+		{"*1\r\n$4\r\nPI", false},
+		{"PING\r\n", false},
+		{"", false},
+	}
+	for _, tc := range tests {
+		assert.Equal(t, tc.want, isSetupRedis([]byte(tc.req)), "%q", tc.req)
+	}
+	get := []byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { isSetupRedis(get) }))
+}

@@ -86,6 +86,10 @@ type Config struct {
 // block. A slice passed to a method is only valid during the call (the
 // recorder copies what it keeps). A panic in a method is recovered and
 // counted; the application's I/O proceeds.
+//
+// Writes are reported just before the bytes go out, reads just after they
+// came in, so an answer (read on whatever goroutine) is never reported
+// before the bytes it answers. A write that then fails was still reported.
 type Recorder interface {
 	// StartRequest is called when the head of a new HTTP request on an
 	// accepted connection has been read, before the application sees it. It

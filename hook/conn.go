@@ -172,14 +172,17 @@ func (e *engine) recordCall(where string, f func()) {
 
 // inboundWrite writes a response on an accepted connection: never framed,
 // never redirected; reported in record mode.
+//
+// Record mode reports written bytes before writing them, here and on
+// outbound connections: the answer, read on another goroutine, can then
+// never be reported before the bytes it answers.
 func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) {
-	n, err := e.l.plainWrite(c, b)
-	if n > 0 && e.cfg.Mode == Record {
+	if len(b) > 0 && e.cfg.Mode == Record {
 		if tid := st.tid(); tid != "" {
-			e.recordCall("inbound-write", func() { e.cfg.Recorder.InboundWrite(st.info, tid, b[:n]) })
+			e.recordCall("inbound-write", func() { e.cfg.Recorder.InboundWrite(st.info, tid, b) })
 		}
 	}
-	return n, err
+	return e.l.plainWrite(c, b)
 }
 
 // outboundRead reads from a dialled connection. A redirected connection
@@ -233,13 +236,12 @@ func (e *engine) outboundWrite(st *connState, c *netConn, b []byte) (int, error)
 	record := e.cfg.Mode == Record
 	if !st.redirect && (st.broken.Load() || st.wr.passThrough()) {
 		// The common untraced case: a plain connection with no HTTP to strip.
-		n, err := e.l.plainWrite(c, b)
-		if n > 0 && record && !st.broken.Load() {
+		if len(b) > 0 && record && !st.broken.Load() {
 			if tid := trace.CurrentID(); tid != "" {
-				e.recordCall("outbound-write", func() { e.cfg.Recorder.OutboundWrite(st.info, tid, b[:n]) })
+				e.recordCall("outbound-write", func() { e.cfg.Recorder.OutboundWrite(st.info, tid, b) })
 			}
 		}
-		return n, err
+		return e.l.plainWrite(c, b)
 	}
 	st.wmu.Lock()
 	defer st.wmu.Unlock()
@@ -307,26 +309,18 @@ func (e *engine) splitOutbound(st *connState, b []byte, w *outWriter) (ok bool) 
 // are batched into one system call; the connection's write lock keeps
 // other writers out between a frame's header and its payload.
 type outWriter struct {
-	e    *engine
-	st   *connState
-	c    *netConn
-	err  error
-	sent int // payload bytes sent
-	// pieces to report to the recorder once sent
-	reports []report
-	batch   int // payload bytes in st.wbuf
-}
-
-type report struct {
-	tid string
-	b   []byte
+	e     *engine
+	st    *connState
+	c     *netConn
+	err   error
+	sent  int // payload bytes sent
+	batch int // payload bytes in st.wbuf
 }
 
 const batchMax = 16 << 10
 
 func (w *outWriter) reset() {
 	w.st.wbuf = w.st.wbuf[:0]
-	w.reports = w.reports[:0]
 	w.batch = 0
 }
 
@@ -339,6 +333,7 @@ func (w *outWriter) piece(tid string, p []byte) {
 		st.wbuf = trace.AppendFrameHeader(st.wbuf, tid, st.dst, len(p))
 		counters.framed.Add(1)
 	}
+	w.record(tid, p) // before the bytes go out (see inboundWrite)
 	if len(p) >= batchMax {
 		w.flush()
 		if w.err == nil {
@@ -346,15 +341,11 @@ func (w *outWriter) piece(tid string, p []byte) {
 		}
 		if w.err == nil {
 			w.sent += len(p)
-			w.record(tid, p)
 		}
 		return
 	}
 	st.wbuf = append(st.wbuf, p...)
 	w.batch += len(p)
-	if w.e.cfg.Mode == Record {
-		w.reports = append(w.reports, report{tid, p})
-	}
 }
 
 func (w *outWriter) write(p []byte) {
@@ -369,9 +360,6 @@ func (w *outWriter) flush() {
 		w.write(st.wbuf)
 		if w.err == nil {
 			w.sent += w.batch
-			for _, r := range w.reports {
-				w.record(r.tid, r.b)
-			}
 		}
 	}
 	if cap(st.wbuf) > 4*batchMax {

@@ -17,6 +17,9 @@ import (
 // testRecorder checks every report against the trace ids its bytes name.
 type testRecorder struct {
 	panics bool // every method panics (fail-open test)
+	// client is the service's address: the test's own clients write it
+	// through raw system calls, so only their reads are reported.
+	client string
 
 	mu            sync.Mutex
 	starts        int
@@ -25,6 +28,8 @@ type testRecorder struct {
 	leaks         []string
 	closed        int
 	kinds         map[string]int
+	wrote         map[uint64]bool // outbound connections with a reported write
+	early         []string        // answers reported before any request on their connection
 }
 
 var _ hook.Recorder = (*testRecorder)(nil)
@@ -83,12 +88,25 @@ func (r *testRecorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
 	if c.Inbound {
 		panic("OutboundWrite on an inbound connection")
 	}
+	r.mu.Lock()
+	if r.wrote == nil {
+		r.wrote = map[uint64]bool{}
+	}
+	r.wrote[c.ID] = true
+	r.mu.Unlock()
 	r.note("outbound-write", tid, p)
 }
 func (r *testRecorder) OutboundRead(c hook.ConnInfo, p []byte) {
 	if r.panics {
 		panic("recorder exploded in OutboundRead")
 	}
+	// Every downstream here (line, RESP, HTTP) answers only what it was
+	// sent: its bytes must never be reported before the request's.
+	r.mu.Lock()
+	if !r.wrote[c.ID] && c.Remote != r.client && len(r.early) < 3 {
+		r.early = append(r.early, fmt.Sprintf("%s: %q", c.Remote, p))
+	}
+	r.mu.Unlock()
 }
 func (r *testRecorder) Closed(c hook.ConnInfo) {
 	if r.panics {
@@ -106,7 +124,7 @@ func (r *testRecorder) Closed(c hook.ConnInfo) {
 // sees a Retrace-* header.
 func TestRecordFanOut(t *testing.T) {
 	f := newFanOut(t)
-	rec := &testRecorder{}
+	rec := &testRecorder{client: f.sutLn.Addr().String()}
 	before := hook.ReadStats()
 	install(t, hook.Config{Mode: hook.Record, Recorder: rec})
 	addr := f.serve(t)
@@ -118,6 +136,7 @@ func TestRecordFanOut(t *testing.T) {
 	defer rec.mu.Unlock()
 	require.Empty(t, rec.misattributed)
 	require.Empty(t, rec.leaks)
+	require.Empty(t, rec.early, "answers reported before their requests")
 	require.Equal(t, clients*rounds, rec.starts)
 	require.GreaterOrEqual(t, rec.closed, clients, "the clients' closed connections were reported")
 	// Per request: its inbound request and response, the line request,

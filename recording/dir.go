@@ -51,6 +51,8 @@ type DirStore struct {
 	sessions int       // sessions in the current file
 	counter  int       // last counter used in a file name
 	closed   closeOnce
+
+	index dirIndex // for Get
 }
 
 var _ Store = (*DirStore)(nil)
@@ -248,9 +250,11 @@ func (d *DirStore) scanFile(ctx context.Context, name string, fn func(*Session) 
 	return scanStream(ctx, name, f, d.o, &d.skipCounter, fn)
 }
 
-// Get scans the directory for the session with the id.
+// Get returns the session with the id. The first Get indexes the
+// directory (ids and line offsets, about 100 bytes per session); later ones
+// read one line, and index what was written since when an id is missing.
 func (d *DirStore) Get(ctx context.Context, id string) (*Session, error) {
-	return getByScan(ctx, d, id)
+	return d.getIndexed(ctx, id)
 }
 
 func getByScan(ctx context.Context, r Reader, id string) (*Session, error) {

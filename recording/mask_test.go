@@ -115,8 +115,16 @@ func TestMaskSession(t *testing.T) {
 	m := testMasker(t)
 	s := sampleSession("m")
 	s.Inbound.Request = []byte("GET / HTTP/1.1\r\nAuthorization: x\r\n\r\n")
+	s.Inbound.Response = []byte(withLen("HTTP/1.1 200 OK\r\n", `{"password":"p"}`))
+	s.Calls = append(s.Calls, Call{Proto: "http", Request: []byte("POST /pay HTTP/1.1\r\nX-Api-Key: k\r\n\r\n"),
+		Response: []byte("HTTP/1.1 200 OK\r\n\r\ncard 4111111111111111")})
+	s.Calls[0].Response = []byte("$16\r\n4111111111111111\r\n")
 	assert.True(t, m.MaskSession(s))
 	assert.Equal(t, "GET / HTTP/1.1\r\nAuthorization: ***\r\n\r\n", string(s.Inbound.Request))
+	assert.Equal(t, withLen("HTTP/1.1 200 OK\r\n", `{"password":"***"}`), string(s.Inbound.Response))
+	assert.Equal(t, "POST /pay HTTP/1.1\r\nX-Api-Key: [key]\r\n\r\n", string(s.Calls[2].Request))
+	assert.Equal(t, "HTTP/1.1 200 OK\r\n\r\ncard [card]", string(s.Calls[2].Response))
+	assert.Equal(t, "$6\r\n[card]\r\n", string(s.Calls[0].Response), "Redis bulk length fixed")
 	assert.False(t, m.MaskSession(s), "masking twice changes nothing more")
 }
 

@@ -263,3 +263,71 @@ func TestSummarizeAndCopy(t *testing.T) {
 	assert.Equal(t, ids(in), scanIDs(t, dst))
 	require.NoError(t, dst.Close())
 }
+
+func TestDirStoreGetIndex(t *testing.T) {
+	ctx := context.Background()
+	for _, gz := range []bool{false, true} {
+		t.Run(fmt.Sprintf("gzip=%v", gz), func(t *testing.T) {
+			dir := t.TempDir()
+			w, err := NewDirStore(dir, WithGzip(gz), WithRotateSessions(4))
+			require.NoError(t, err)
+			defer w.Close()
+			require.NoError(t, w.Write(ctx, sessions(10, "g")))
+			require.NoError(t, w.Flush(ctx))
+			r, err := NewDirStore(dir, WithErrorHandler(func(error) {}))
+			require.NoError(t, err)
+			for _, id := range []string{"g0000", "g0005", "g0009"} {
+				s, err := r.Get(ctx, id)
+				require.NoError(t, err)
+				assert.Equal(t, id, s.ID)
+			}
+			_, err = r.Get(ctx, "g0010")
+			require.ErrorIs(t, err, ErrNotFound)
+			// written after the index was built: found by the refresh
+			more := sessions(12, "g")[10:]
+			require.NoError(t, w.Write(ctx, more))
+			require.NoError(t, w.Flush(ctx))
+			s, err := r.Get(ctx, "g0011")
+			require.NoError(t, err)
+			assert.Equal(t, "g0011", s.ID)
+			assert.Len(t, r.index.ids, 12)
+		})
+	}
+}
+
+func TestDirStoreGetIndexSkipsBadAndLongLines(t *testing.T) {
+	dir := t.TempDir()
+	good := func(id string) string {
+		b, err := Marshal(sampleSession(id))
+		require.NoError(t, err)
+		return string(b)
+	}
+	long := `{"v":1,"id":"long","app":"` + strings.Repeat("x", 3000) + `"}`
+	content := strings.Join([]string{good("a"), "{bad", long, good("b")}, "\r\n") + "\n" + good("partial")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sessions-20261129T101523Z-0001.jsonl"), []byte(content), 0o644))
+	st, err := NewDirStore(dir, WithMaxLine(2000), WithErrorHandler(func(error) {}))
+	require.NoError(t, err)
+	for _, id := range []string{"a", "b"} {
+		s, err := st.Get(context.Background(), id)
+		require.NoError(t, err, id)
+		assert.Equal(t, id, s.ID)
+	}
+	for _, id := range []string{"long", "partial"} {
+		_, err := st.Get(context.Background(), id)
+		assert.ErrorIs(t, err, ErrNotFound, "%s: too long, or not ended by a newline yet", id)
+	}
+}
+
+func BenchmarkDirStoreGet(b *testing.B) {
+	ctx := context.Background()
+	st, err := NewDirStore(b.TempDir())
+	require.NoError(b, err)
+	require.NoError(b, st.Write(ctx, sessions(5000, "b")))
+	require.NoError(b, st.Flush(ctx))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := st.Get(ctx, fmt.Sprintf("b%04d", i%5000)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

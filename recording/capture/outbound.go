@@ -87,7 +87,7 @@ func (r *Recorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
 		cur.setup = !oc.authed || isSetupMySQL(p)
 		oc.authed = true
 	case protoHTTP:
-		cur.framer.noBody = requestMethod(p) == "HEAD"
+		cur.framer.noBody = bytes.HasPrefix(p, []byte("HEAD "))
 	}
 	r.place(oc, cur)
 	if cur.keep {

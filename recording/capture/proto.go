@@ -2,7 +2,6 @@ package capture
 
 import (
 	"bytes"
-	"strings"
 
 	"github.com/retrace-dev/retrace/mockserver/mysql"
 	"github.com/retrace-dev/retrace/mockserver/redis"
@@ -114,13 +113,4 @@ func isSetupMySQL(req []byte) bool {
 		return false
 	}
 	return mysql.IsSetupQuery(string(p[1:]))
-}
-
-// requestMethod returns the method of the HTTP request at the start of p.
-func requestMethod(p []byte) string {
-	sp := bytes.IndexByte(p, ' ')
-	if sp <= 0 {
-		return ""
-	}
-	return strings.ToUpper(string(p[:sp]))
 }

@@ -157,6 +157,22 @@ func TestFirstHTTPAnswerBeforeItsRequestIsReported(t *testing.T) {
 	}, reqs(out.byID(a)))
 }
 
+func TestHeadAnswerHasNoBody(t *testing.T) {
+	r, out := newTestRecorder(t, 1, -1)
+	a := request(t, r, inConn, trace.RequestHead{}, func(tid string) {
+		r.OutboundWrite(htConn, tid, []byte("HEAD / HTTP/1.1\r\n\r\n"))
+		r.OutboundRead(htConn, []byte("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"))
+		// done by framing: the next answer is held for the next request
+		r.OutboundRead(htConn, []byte("HTTP/1.1 204 No Content\r\n\r\n"))
+		r.OutboundWrite(htConn, tid, []byte("GET / HTTP/1.1\r\n\r\n"))
+	})
+	settle(t, r)
+	assert.Equal(t, []string{
+		`http "HEAD / HTTP/1.1\r\n\r\n" → "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"`,
+		`http "GET / HTTP/1.1\r\n\r\n" → "HTTP/1.1 204 No Content\r\n\r\n"`,
+	}, reqs(out.byID(a)))
+}
+
 func TestExpectContinueIsOneCall(t *testing.T) {
 	r, out := newTestRecorder(t, 1, -1)
 	a := request(t, r, inConn, trace.RequestHead{}, func(tid string) {

@@ -344,3 +344,42 @@ func TestIsSetupRedis(t *testing.T) {
 	get := []byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
 	assert.Zero(t, testing.AllocsPerRun(100, func() { isSetupRedis(get) }))
 }
+
+// blocked is a recording.Writer whose Write waits until release is closed.
+type blocked struct {
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (b *blocked) Write(context.Context, []*recording.Session) error {
+	b.once.Do(func() { close(b.entered) })
+	<-b.release
+	return nil
+}
+func (b *blocked) Flush(context.Context) error { return nil }
+func (b *blocked) Close() error                { return nil }
+
+func TestBlockedStoreDropsAndNeverBlocksRequests(t *testing.T) {
+	st := &blocked{entered: make(chan struct{}), release: make(chan struct{})}
+	smp, _ := recording.NewSampler(1)
+	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: st, Sampler: smp, QueueSize: 2, BatchSize: 1})
+	require.NoError(t, err)
+	r, err := New(Config{Pipeline: pipe})
+	require.NoError(t, err)
+	request(t, r, inConn, trace.RequestHead{}, func(string) {})
+	<-st.entered // the writer holds the first session and is stuck in the store
+	const n = 20
+	for range n {
+		// every request completes although the store does not move
+		request(t, r, inConn, trace.RequestHead{}, func(tid string) {
+			r.OutboundWrite(rdConn, tid, []byte("*1\r\n$4\r\nPING\r\n"))
+		})
+	}
+	assert.EqualValues(t, n-2, r.Stats().Dropped, "two queued, the rest dropped")
+	close(st.release)
+	require.NoError(t, r.Close(context.Background()))
+	stats := r.Stats()
+	assert.EqualValues(t, 3, stats.Recorded)
+	assert.EqualValues(t, n+1, stats.Recorded+stats.Dropped)
+}

@@ -383,6 +383,13 @@ mark{background:#ffd6d6;color:#8b0000;border-radius:2px;outline:1px solid #f3a5a
 #filter{padding:6px 8px;width:320px;margin:0 8px 12px 0}
 h2{font-size:16px;margin:20px 0 8px}
 .pre{color:#56606b}
+table.findings{width:100%;table-layout:fixed}
+table.findings td{overflow-wrap:anywhere}
+table.findings code{white-space:pre-wrap;word-break:break-all}
+table.findings th:nth-child(1){width:17%}table.findings th:nth-child(2){width:17%}table.findings th:nth-child(3){width:9%}
+table.findings th:nth-child(6){width:12%}
+table.calldiffs th:nth-child(1){width:17%}table.calldiffs th:nth-child(2){width:9%}table.calldiffs th:nth-child(3),table.calldiffs th:nth-child(4){width:31%}
+details.errors>summary{cursor:pointer;margin:0 0 8px}
 </style></head>
 <body>
 <header><h1>{{.Title}}</h1>
@@ -404,9 +411,10 @@ h2{font-size:16px;margin:20px 0 8px}
 {{end}}</table>
 
 {{if .S.ErrorSessions}}<h2>Errors (not compared)</h2>
+<details class="errors"{{if le (len .S.ErrorSessions) 10}} open{{end}}><summary>{{.S.Errors}} session(s) could not be compared: target unreachable, timeout, reset, or a recording that does not parse</summary>
 <table id="errors"><tr><th>session</th><th>API</th><th>error</th></tr>
 {{range .S.ErrorSessions}}<tr><td><code>{{.Session}}</code></td><td><code>{{.API}}</code></td><td>{{.Error}}</td></tr>
-{{end}}</table>{{end}}
+{{end}}</table></details>{{end}}
 
 <h2>Failing sessions{{if lt .S.DetailsShown .S.Failed}} (first {{.S.DetailsShown}} of {{.S.Failed}}; all are in sessions.jsonl){{end}}</h2>
 {{if .Sessions}}<input id="filter" type="search" placeholder="filter by session, API or path">
@@ -428,7 +436,7 @@ h2{font-size:16px;margin:20px 0 8px}
 {{.Body}}</pre>{{if .Note}}<div class="none">{{.Note}}</div>{{end}}</div>{{end}}</div>
 {{if $s.Calls}}<h4>downstream calls</h4>
 {{range $s.Calls}}<div class="call"><b>{{.Title}}</b> <code>{{.Summary}}</code><span class="state {{.State}}">{{.State}}</span>
-{{if .Diffs}}<table class="findings">{{range .Diffs}}<tr><td><code class="path">{{.Path}}</code></td><td class="kind-{{.Kind}}">{{.Kind}}</td><td><code>{{.Want}}</code></td><td><code>{{.Got}}</code></td><td>{{.Note}}</td></tr>{{end}}</table>{{end}}
+{{if .Diffs}}<table class="findings calldiffs"><tr><th>path</th><th>kind</th><th>recorded</th><th>replayed</th><th>note</th></tr>{{range .Diffs}}<tr><td><code class="path">{{.Path}}</code></td><td class="kind-{{.Kind}}">{{.Kind}}</td><td><code>{{.Want}}</code></td><td><code>{{.Got}}</code></td><td>{{.Note}}</td></tr>{{end}}</table>{{end}}
 <div class="cols"><div class="col"><h4>recorded request</h4><pre>{{.Recorded}}</pre></div><div class="col replayed"><h4>replayed request</h4><pre>{{.Replayed}}</pre></div></div></div>
 {{end}}{{end}}
 </div></details>

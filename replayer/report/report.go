@@ -175,7 +175,7 @@ func (r *Report) Add(res *regress.Result) {
 		api.Failed++
 		seen := map[string]bool{}
 		for _, f := range res.Findings {
-			p := diff.Generalize(f.Label())
+			p := pathKey(f)
 			if seen[p] {
 				continue
 			}
@@ -214,6 +214,15 @@ func (r *Report) Add(res *regress.Result) {
 		}
 		r.err = err
 	}
+}
+
+// pathKey names where a finding is, the same for every session of an API:
+// no call numbers, no array indices.
+func pathKey(f regress.Finding) string {
+	if f.Call == nil {
+		return diff.Generalize(f.Path)
+	}
+	return "downstream " + f.Call.Proto + " " + f.Call.Dst + ": " + diff.Generalize(f.Path)
 }
 
 func capFindings(fs []regress.Finding) []regress.Finding {

@@ -91,7 +91,8 @@ func TestReportFiles(t *testing.T) {
 	for _, a := range back.APIs {
 		apis[a.API] = a
 	}
-	if a := apis["POST /orders"]; a.Sessions != 4 || a.Failed != 2 || a.Errors != 1 || a.Passed != 1 {
+	if a := apis["POST /orders"]; a.Sessions != 4 || a.Failed != 2 || a.Errors != 1 || a.Passed != 1 ||
+		fmt.Sprint(a.Paths) != "[{body.order.total 1} {downstream http "+replaytest.PricesDst+": target 1}]" {
 		t.Errorf("POST /orders: %+v", a)
 	}
 	if len(back.ErrorSessions) != 1 || back.ErrorSessions[0].Session != "broken-recording" || !strings.Contains(back.ErrorSessions[0].Error, "recorded response") {

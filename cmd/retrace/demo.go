@@ -78,6 +78,7 @@ func runDemoDownstreams(ctx context.Context, p *proc, args []string) error {
 	if fs.NArg() > 0 {
 		return usageError("unexpected argument %q", fs.Arg(0))
 	}
+	defer demo.QuietDependencies()()
 	dn, err := demo.StartDownstreams(ctx, a)
 	if err != nil {
 		return err

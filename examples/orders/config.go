@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,7 +27,9 @@ type Config struct {
 	Variant string
 	// Timeout bounds the downstream work of one request; zero means 5s.
 	Timeout time.Duration
-	// MaxDBConns caps open MySQL connections; zero means 32.
+	// MaxDBConns caps open MySQL connections; zero means no cap (and 32
+	// idle connections kept). With a cap, database/sql opens connections
+	// for waiting requests on a background goroutine of its own.
 	MaxDBConns int
 }
 
@@ -43,6 +46,7 @@ const (
 	EnvRedisPrefix = "ORDERS_REDIS_PREFIX"
 	EnvPricingURL  = "ORDERS_PRICING_URL"
 	EnvVariant     = "ORDERS_VARIANT"
+	EnvMaxDBConns  = "ORDERS_MYSQL_MAX_CONNS"
 )
 
 // ConfigFromEnv returns a Config read from the ORDERS_* environment
@@ -54,7 +58,13 @@ func ConfigFromEnv() Config {
 		RedisPrefix: os.Getenv(EnvRedisPrefix),
 		PricingURL:  os.Getenv(EnvPricingURL),
 		Variant:     os.Getenv(EnvVariant),
+		MaxDBConns:  atoiOr0(os.Getenv(EnvMaxDBConns)),
 	}
+}
+
+func atoiOr0(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
 
 // withDefaults fills zero values and validates the result.
@@ -64,9 +74,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 5 * time.Second
-	}
-	if c.MaxDBConns == 0 {
-		c.MaxDBConns = 32
 	}
 	var errs []error
 	if c.MySQLDSN == "" {
@@ -83,6 +90,9 @@ func (c Config) withDefaults() (Config, error) {
 		errs = append(errs, fmt.Errorf("orders: pricing URL %q is not an http(s) URL", c.PricingURL))
 	}
 	c.PricingURL = strings.TrimRight(c.PricingURL, "/")
+	if c.MaxDBConns < 0 {
+		errs = append(errs, fmt.Errorf("orders: MaxDBConns %d is negative", c.MaxDBConns))
+	}
 	if c.Variant != VariantNormal && c.Variant != VariantChanged {
 		errs = append(errs, fmt.Errorf("orders: variant %q is neither empty nor %q", c.Variant, VariantChanged))
 	}

@@ -44,7 +44,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	db := sql.OpenDB(conn)
 	db.SetMaxOpenConns(cfg.MaxDBConns)
-	db.SetMaxIdleConns(cfg.MaxDBConns)
+	db.SetMaxIdleConns(32)
 	db.SetConnMaxIdleTime(time.Minute)
 	s := &Server{
 		cfg: cfg,

@@ -2,10 +2,10 @@ package demo
 
 import "github.com/sirupsen/logrus"
 
-// quietDependencies lowers go-mysql-server's logging (logrus, global: a line
+// QuietDependencies lowers go-mysql-server's logging (logrus, global: a line
 // per connection at info level) to errors for the demo's narration, and
 // returns the undo.
-func quietDependencies() (restore func()) {
+func QuietDependencies() (restore func()) {
 	prev := logrus.GetLevel()
 	logrus.SetLevel(logrus.ErrorLevel)
 	return func() { logrus.SetLevel(prev) }

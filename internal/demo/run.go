@@ -130,7 +130,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
 	defer d.log.Close()
-	restore := quietDependencies()
+	restore := QuietDependencies()
 	defer restore()
 	err = d.run(ctx)
 	if d.dn != nil {
@@ -281,7 +281,8 @@ func (d *demo) replayRun(ctx context.Context, svc *Service, mock *mockserver.Ser
 		return nil, err
 	}
 	defer store.Close()
-	cfg := regress.Config{Source: store, Target: svc.URL(), MockAdmin: mock.AdminURL(), Concurrency: d.opt.Clients, Rules: rules}
+	cfg := regress.Config{Source: store, Target: svc.URL(), MockAdmin: mock.AdminURL(), Concurrency: d.opt.Clients, Rules: rules,
+		Timeout: 15 * time.Second}
 	rep, err := report.New(report.Options{Dir: dir, Target: svc.URL(), NoiseRules: d.res.Noise})
 	if err != nil {
 		return nil, err
@@ -308,7 +309,7 @@ func (d *demo) replay(ctx context.Context, mock *mockserver.Server) error {
 	if err != nil {
 		return err
 	}
-	noise, err := regress.DetectNoise(ctx, regress.Config{Source: store, Target: svc.URL(), MockAdmin: mock.AdminURL(), Concurrency: d.opt.Clients}, regress.NoiseConfig{})
+	noise, err := regress.DetectNoise(ctx, regress.Config{Source: store, Target: svc.URL(), MockAdmin: mock.AdminURL(), Concurrency: d.opt.Clients, Timeout: 15 * time.Second}, regress.NoiseConfig{})
 	store.Close()
 	if err != nil {
 		return fmt.Errorf("noise detection: %w", err)

@@ -205,6 +205,20 @@ func TestABClassifiesPreexistingAndRegressions(t *testing.T) {
 			}
 		}
 	})
+	t.Run("each build with its own mock server", func(t *testing.T) {
+		baseMock := replaytest.NewMock(t, sessions...)
+		base := replaytest.NewShop(t, replaytest.ShopV1, replaytest.InMock(baseMock, replaytest.PricesDst))
+		cfg := regress.Config{Source: regress.Sessions(sessions), Target: v2.URL, MockAdmin: mock.URL,
+			Baseline: base.URL, BaselineMockAdmin: baseMock.URL, Rules: rules}
+		c := run(t, cfg)
+		want := []string{"s02-b", "s03-b", "s04-c", "s05-c"}
+		if got := c.byStatus(regress.Failed); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("failed %v, want %v", got, want)
+		}
+		if baseMock.Traces() != 0 || mock.Traces() != 0 {
+			t.Errorf("traces left: candidate mock %d, baseline mock %d", mock.Traces(), baseMock.Traces())
+		}
+	})
 	t.Run("candidate differs from baseline and recording differently", func(t *testing.T) {
 		// The baseline has the V2 change; the candidate is V1 for b's
 		// total but both differ from the recording at nothing else:

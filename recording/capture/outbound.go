@@ -78,7 +78,13 @@ func (r *Recorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
 		cur.end = now
 		return
 	}
-	cur = &call{oc: oc, tid: tid, start: now, end: now}
+	if tid == "" && oc.proto == protoHTTP && cur != nil && !cur.keep {
+		// an HTTP exchange of no sampled request after another: followed
+		// for its framing only, in the same (unreferenced) call value
+		*cur = call{oc: oc, start: now, end: now, framer: respFramer{head: cur.framer.head[:0]}}
+	} else {
+		cur = &call{oc: oc, tid: tid, start: now, end: now}
+	}
 	oc.cur = cur
 	switch oc.proto {
 	case protoRedis:

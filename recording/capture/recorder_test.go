@@ -284,6 +284,17 @@ func TestUnsampledRequestsDoNotAllocate(t *testing.T) {
 	assert.Zero(t, allocs)
 }
 
+func TestUnsampledHTTPCallsDoNotAllocate(t *testing.T) {
+	r, _ := newTestRecorder(t, 0, -1)
+	req, resp := []byte("GET / HTTP/1.1\r\n\r\n"), []byte("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1")
+	r.OutboundWrite(htConn, "", req)
+	r.OutboundRead(htConn, resp)
+	assert.Zero(t, testing.AllocsPerRun(1000, func() {
+		r.OutboundWrite(htConn, "", req)
+		r.OutboundRead(htConn, resp)
+	}))
+}
+
 func BenchmarkUnsampledRequest(b *testing.B) {
 	smp, _ := recording.NewSampler(0)
 	pipe, _ := recording.NewPipeline(recording.PipelineConfig{Store: &sink{}, Sampler: smp})

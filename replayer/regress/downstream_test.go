@@ -165,3 +165,18 @@ func TestMySQLComparedByCommand(t *testing.T) {
 		})
 	}
 }
+
+func TestNoisePath(t *testing.T) {
+	for in, want := range map[string]string{
+		"body.items[3].ts":    "body.items[*].ts",
+		"body[0]":             "body[*]",
+		"params[9]":           "params[9]",
+		"cmd[1].args[2]":      "cmd[1].args[2]",
+		"header.X-Request-Id": "header.X-Request-Id",
+		"bodyx[1]":            "bodyx[1]",
+	} {
+		if got := noisePath(in); got != want {
+			t.Errorf("noisePath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/replayer/diff"
@@ -132,7 +133,7 @@ func (r *runner) probe(ctx context.Context, w *worker, s *recording.Session, run
 				if d.Path == "status" || d.Path == "…" {
 					continue
 				}
-				p.rules = append(p.rules, diff.Rule{API: api, Scope: diff.ScopeResponse, Ignore: diff.Generalize(d.Path), Comment: comment})
+				p.rules = append(p.rules, diff.Rule{API: api, Scope: diff.ScopeResponse, Ignore: noisePath(d.Path), Comment: comment})
 			}
 			if first.report != nil && a.report != nil {
 				p.rules = append(p.rules, r.downstreamNoise(api, s, first, &a, comment)...)
@@ -164,9 +165,20 @@ func (r *runner) downstreamNoise(api string, s *recording.Session, a, b *attempt
 	for _, pair := range [2][2]map[key]bool{{ka, kb}, {kb, ka}} {
 		for k := range pair[0] {
 			if !pair[1][k] {
-				out = append(out, diff.Rule{API: api, Scope: diff.ScopeDownstream, Dst: k.dst, Ignore: diff.Generalize(k.path), Comment: comment})
+				out = append(out, diff.Rule{API: api, Scope: diff.ScopeDownstream, Dst: k.dst, Ignore: noisePath(k.path), Comment: comment})
 			}
 		}
 	}
 	return out
+}
+
+// noisePath is the path a noise rule ignores. Array indices inside a JSON
+// body are generalised (a timestamp at items[3].ts is noise at every
+// index); positions elsewhere mean something — the fourth SQL parameter,
+// the third argument of a Redis command — and are kept.
+func noisePath(p string) string {
+	if p == "body" || strings.HasPrefix(p, "body.") || strings.HasPrefix(p, "body[") {
+		return diff.Generalize(p)
+	}
+	return p
 }

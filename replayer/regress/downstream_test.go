@@ -180,3 +180,31 @@ func TestNoisePath(t *testing.T) {
 		}
 	}
 }
+
+func TestMySQLStatementsKnownByTheirMatch(t *testing.T) {
+	const db = "10.0.0.8:3306"
+	sess := &recording.Session{ID: "s", Calls: []recording.Call{
+		{Seq: 0, Proto: "mysql", Dst: db, Request: []byte(mysqlPkt(0x16, "SELECT a FROM users WHERE id = ?")), Response: prepareOK(5)},
+		{Seq: 1, Proto: "mysql", Dst: db, Request: []byte(mysqlPkt(0x16, "SELECT cents FROM rates WHERE c = ?")), Response: prepareOK(6)},
+		{Seq: 2, Proto: "mysql", Dst: db, Request: []byte(execOne(5, "3"))},
+		{Seq: 3, Proto: "mysql", Dst: db, Request: []byte(execOne(6, "IT"))},
+	}}
+	obs := func(seq, matched int, req string) mockserver.ObservedCall {
+		return mockserver.ObservedCall{Seq: seq, Matched: matched, Proto: "mysql", Dst: db, Request: []byte(req)}
+	}
+	// The mock numbered the statements 1 and 2 and the executes arrived in
+	// the other order: each is still compared with its own statement's.
+	fs, _ := downstream(nil, "POST /o", sess, &mockserver.TraceReport{Calls: []mockserver.ObservedCall{
+		obs(0, 1, mysqlPkt(0x16, "SELECT cents FROM rates WHERE c = ?")),
+		obs(1, 0, mysqlPkt(0x16, "SELECT a FROM users WHERE id = ?")),
+		obs(2, 3, execOne(1, "IT")),
+		obs(3, 2, execOne(2, "4")),
+	}})
+	var got []string
+	for _, f := range fs {
+		got = append(got, fmt.Sprintf("%s %s %s→%s", f.Label(), f.Kind, f.Want, f.Got))
+	}
+	if want := `[downstream #3 mysql 10.0.0.8:3306: params[0] changed "3"→"4"]`; fmt.Sprint(got) != want {
+		t.Errorf("findings\n%v\nwant\n%s", got, want)
+	}
+}

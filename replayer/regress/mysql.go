@@ -31,6 +31,7 @@ type mysqlCmd struct {
 func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep *mockserver.TraceReport) ([]Finding, []CallDetail, bool) {
 	stmtSQL := map[uint32]string{} // statement ids of the recording's prepares; the mock answers with them
 	var rec []*mysqlCmd
+	byCall := map[int][]*mysqlCmd{} // recorded commands by call
 	for i := range s.Calls {
 		c := &s.Calls[i]
 		if c.Proto != "mysql" || c.Dst != dst {
@@ -47,7 +48,9 @@ func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep
 		}
 		ref := &CallRef{Seq: -1, Matched: c.Seq, Proto: c.Proto, Dst: c.Dst, Summary: summarize(c.Proto, c.Request)}
 		for _, m := range cmds {
-			rec = append(rec, &mysqlCmd{MySQLCommand: m, ref: ref, setup: c.Setup})
+			mc := &mysqlCmd{MySQLCommand: m, ref: ref, setup: c.Setup}
+			rec = append(rec, mc)
+			byCall[c.Seq] = append(byCall[c.Seq], mc)
 		}
 	}
 	var obs []*mysqlCmd
@@ -81,6 +84,17 @@ func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep
 	}
 	for _, m := range obs {
 		m.key = key(m)
+		if !m.Stmt || m.ref.Matched < 0 {
+			continue
+		}
+		// The mock server may number statements its own way: a statement
+		// command is known by the recorded call it was matched to.
+		for _, r := range byCall[m.ref.Matched] {
+			if r.Cmd == m.Cmd {
+				m.key = r.key
+				break
+			}
+		}
 	}
 	var out []Finding
 	var details []CallDetail

@@ -137,6 +137,13 @@ func TestMySQLComparedByCommand(t *testing.T) {
 			obs(1, 1, execOne(5, "k2")),
 			obs(2, 2, mysqlPkt(0x16, "INSERT INTO o VALUES (?, ?)")),
 		}, `[downstream #1 mysql 10.0.0.8:3306: params[0] changed "k1"→"k2" downstream #2 mysql 10.0.0.8:3306: sql changed INSERT INTO o VALUES (?)→INSERT INTO o VALUES (?, ?) downstream recorded #3 mysql 10.0.0.8:3306: call removed execute INSERT INTO o VALUES (?)→]`},
+		{"prepare without partner", []mockserver.ObservedCall{
+			obs(0, 0, mysqlPkt(0x16, "SELECT a FROM t WHERE id = ?")),
+			obs(1, 0, mysqlPkt(0x16, "SELECT a FROM t WHERE id = ?")),
+			obs(2, 1, execOne(5, "k1")),
+			obs(3, 2, mysqlPkt(0x16, "INSERT INTO o VALUES (?)")),
+			obs(4, 3, execOne(6, "v1")),
+		}, "[]"},
 		{"set-up labels differ", []mockserver.ObservedCall{
 			{Seq: 0, Matched: 0, Proto: "mysql", Dst: db, Setup: true, Request: []byte(mysqlPkt(0x16, "SELECT a FROM t WHERE id = ?"))},
 			obs(1, 1, execOne(5, "k1")),

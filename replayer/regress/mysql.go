@@ -18,6 +18,12 @@ import (
 // execute of a statement prepared from the same SQL — then the rest in
 // order by command; what stays unpaired was added or never made.
 
+// A prepare left without a partner is not reported: preparing changes
+// nothing, and the statement's executes are compared on their own (a
+// changed statement shows as a changed "sql" when it pairs, or as executes
+// added or never sent).
+const comStmtPrepare = 0x16
+
 // mysqlCmd is one command with where it came from.
 type mysqlCmd struct {
 	diff.MySQLCommand
@@ -41,7 +47,7 @@ func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep
 		if !ok {
 			return nil, nil, false
 		}
-		if n := len(cmds); n > 0 && cmds[n-1].Cmd == 0x16 {
+		if n := len(cmds); n > 0 && cmds[n-1].Cmd == comStmtPrepare {
 			if id, ok := diff.MySQLPrepareOK(c.Response); ok {
 				stmtSQL[id] = cmds[n-1].SQL
 			}
@@ -124,14 +130,14 @@ func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep
 		}
 	}
 	for _, o := range obs {
-		if !o.used && !o.setup && !rules.Ignores(api, diff.ScopeDownstream, dst, "call") {
+		if !o.used && !o.setup && o.Cmd != comStmtPrepare && !rules.Ignores(api, diff.ScopeDownstream, dst, "call") {
 			d := diff.Difference{Path: "call", Kind: diff.Added, Got: sqlSummary(o), Note: "no recorded command like it"}
 			out = append(out, Finding{Difference: d, Where: InDownstream, Call: o.ref})
 			details = append(details, CallDetail{CallRef: *o.ref, Replayed: o.Packet, Diffs: []diff.Difference{d}})
 		}
 	}
 	for _, r := range rec {
-		if !r.used && !r.setup && !rules.Ignores(api, diff.ScopeDownstream, dst, "call") {
+		if !r.used && !r.setup && r.Cmd != comStmtPrepare && !rules.Ignores(api, diff.ScopeDownstream, dst, "call") {
 			d := diff.Difference{Path: "call", Kind: diff.Removed, Want: sqlSummary(r), Note: "recorded command never sent"}
 			out = append(out, Finding{Difference: d, Where: InDownstream, Call: r.ref})
 			details = append(details, CallDetail{CallRef: *r.ref, Recorded: r.Packet, Diffs: []diff.Difference{d}})

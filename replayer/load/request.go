@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/retrace-dev/retrace/recording"
 )
 
 // FormatVersion is the version of the timed-request JSONL format written by
@@ -182,15 +184,15 @@ func (r *Request) APIName() string {
 	return DefaultAPI(r)
 }
 
-// DefaultAPI names the group of a request that has no API: "METHOD /path"
-// for HTTP, with path segments that look like identifiers (numbers, UUIDs,
-// long hex strings) replaced by "{id}" so that /orders/17 and /orders/18
-// count as one API; the first keyword and table for SQL ("SELECT orders").
+// DefaultAPI names the group of a request that has no API: for HTTP
+// recording.APIName, the naming regression replay uses too (identifier-like
+// path segments become "{id}", so /orders/17 and /orders/18 count as one
+// API); the first keyword and table for SQL ("SELECT orders").
 func DefaultAPI(r *Request) string {
 	if r.EffectiveKind() == KindSQL {
 		return sqlAPI(r.Query)
 	}
-	return r.HTTPMethod() + " " + normalizePath(requestPath(r.URL))
+	return recording.APIName(r.HTTPMethod(), requestPath(r.URL))
 }
 
 // requestPath is the (escaped) path of an absolute URL or request URI,
@@ -211,59 +213,6 @@ func requestPath(u string) string {
 		return "/"
 	}
 	return u
-}
-
-// normalizePath replaces identifier-like segments by "{id}"; it allocates
-// only when it changes something.
-func normalizePath(p string) string {
-	var b []byte
-	start := 0
-	for i := 0; i <= len(p); i++ {
-		if i < len(p) && p[i] != '/' {
-			continue
-		}
-		if seg := p[start:i]; looksLikeID(seg) {
-			if b == nil {
-				b = append(make([]byte, 0, len(p)+4), p[:start]...)
-			}
-			b = append(b, "{id}"...)
-		} else if b != nil {
-			b = append(b, seg...)
-		}
-		if i < len(p) && b != nil {
-			b = append(b, '/')
-		}
-		start = i + 1
-	}
-	if b == nil {
-		return p
-	}
-	return string(b)
-}
-
-func looksLikeID(s string) bool {
-	if s == "" {
-		return false
-	}
-	digits, hex := 0, 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= '0' && c <= '9':
-			digits++
-			hex++
-		case c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F':
-			hex++
-		case c == '-':
-		default:
-			return false
-		}
-	}
-	if digits == len(s) {
-		return true
-	}
-	// UUIDs and hashes: long, hexadecimal, with at least one digit.
-	return len(s) >= 16 && digits > 0 && hex+strings.Count(s, "-") == len(s)
 }
 
 func sqlAPI(q string) string {

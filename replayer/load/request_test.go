@@ -19,6 +19,7 @@ func TestDefaultAPI(t *testing.T) {
 		{"numeric id", Request{Method: "POST", URL: "http://h/orders/1234/items"}, "POST /orders/{id}/items"},
 		{"uuid", Request{URL: "/u/3f2b1c9e-1a2b-4c3d-9e8f-0123456789ab"}, "GET /u/{id}"},
 		{"word", Request{URL: "/users/deadbeef"}, "GET /users/deadbeef"},
+		{"code with digits", Request{URL: "/stock/MN-270"}, "GET /stock/{id}"},
 		{"select", Request{Query: "select a from `orders` where x=1"}, "SELECT orders"},
 		{"update", Request{Query: "UPDATE stock SET n=n-1"}, "UPDATE stock"},
 		{"insert", Request{Query: "insert into t (a) values (1)"}, "INSERT t"},

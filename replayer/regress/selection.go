@@ -94,45 +94,12 @@ func RequestLine(raw []byte) (method, path string) {
 	return f[0], path
 }
 
-// APIName names the API of a request for grouping: "METHOD /path" with
-// path segments that look like ids (numbers, UUIDs, long hex strings,
-// words with three or more digits) replaced by {id}, so /orders/17 and
-// /orders/18 are one API.
+// APIName names the API of a request for grouping; it is
+// recording.APIName, shared with the load pipeline so both report the same
+// API names.
 func APIName(method, path string) string {
 	if method == "" {
 		return "(unparsed request)"
 	}
-	segs := strings.Split(path, "/")
-	for i, s := range segs {
-		if idLike(s) {
-			segs[i] = "{id}"
-		}
-	}
-	return method + " " + strings.Join(segs, "/")
-}
-
-func idLike(s string) bool {
-	if s == "" {
-		return false
-	}
-	digits, hex := 0, 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= '0' && c <= '9':
-			digits++
-			hex++
-		case c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F':
-			hex++
-		}
-	}
-	switch {
-	case digits == len(s):
-		return true
-	case hex+strings.Count(s, "-") == len(s) && len(s) >= 16 && digits > 0:
-		return true // UUIDs, hashes
-	case digits >= 3:
-		return true // ord-12345, a1b2c3
-	}
-	return false
+	return recording.APIName(method, path)
 }

@@ -91,9 +91,12 @@ func (s *Server) placeOrder(ctx context.Context, req CreateOrder) (*Order, error
 	}
 	var shipping int64
 	var discountPct int
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() (err error) { shipping, err = s.shippingRate(gctx, user.Country); return err })
-	g.Go(func() (err error) { discountPct, err = s.discount(gctx, req.Coupon, user.Tier); return err })
+	// Both lookups always run to the end (no shared cancellation): the
+	// downstream calls of a request then never depend on which of the two
+	// fails first, and a replay sends the same calls as the recording.
+	var g errgroup.Group
+	g.Go(func() (err error) { shipping, err = s.shippingRate(ctx, user.Country); return err })
+	g.Go(func() (err error) { discountPct, err = s.discount(ctx, req.Coupon, user.Tier); return err })
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}

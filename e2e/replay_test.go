@@ -1,0 +1,347 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/retrace-dev/retrace/examples/orders"
+	"github.com/retrace-dev/retrace/examples/orders/orderstest"
+	"github.com/retrace-dev/retrace/internal/demo"
+	"github.com/retrace-dev/retrace/mockserver"
+	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/replayer/analyze"
+	"github.com/retrace-dev/retrace/replayer/diff"
+	"github.com/retrace-dev/retrace/replayer/load"
+	"github.com/retrace-dev/retrace/replayer/regress"
+	"github.com/retrace-dev/retrace/replayer/report"
+)
+
+const (
+	recordRequests = 500
+	recordClients  = 32
+	replayWorkers  = 32
+)
+
+// stage is the orders service's world in one test: real MariaDB and Redis
+// and an in-process pricing service, each behind a proxy the test can stop.
+type stage struct {
+	t                     *testing.T
+	ordersBin             string
+	dir                   string
+	mysql, redis, pricing *tcpProxy
+	env                   []string // ORDERS_* pointing at the proxies
+}
+
+func newStage(t *testing.T) *stage {
+	_, ordersBin := binaries(t)
+	p := orderstest.Pricing(t, nil)
+	cfg := orderstest.Config(t, p.URL)
+	mc, err := mysql.ParseDSN(cfg.MySQLDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pu, err := url.Parse(p.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stage{t: t, ordersBin: ordersBin, dir: t.TempDir(),
+		mysql: newProxy(t, mc.Addr), redis: newProxy(t, cfg.RedisAddr), pricing: newProxy(t, pu.Host)}
+	mc.Addr = s.mysql.Addr()
+	t.Cleanup(func() {
+		if t.Failed() {
+			keepDir(t, s.dir, t.Name())
+		}
+	})
+	s.env = []string{
+		orders.EnvMySQLDSN + "=" + mc.FormatDSN(),
+		orders.EnvRedisAddr + "=" + s.redis.Addr(),
+		orders.EnvRedisPrefix + "=" + cfg.RedisPrefix,
+		orders.EnvPricingURL + "=http://" + s.pricing.Addr(),
+	}
+	return s
+}
+
+// service starts the orders binary with the agent configured by env.
+func (s *stage) service(name string, env ...string) *demo.Service {
+	s.t.Helper()
+	log, err := os.Create(filepath.Join(s.dir, name+".log"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { log.Close() })
+	svc, err := demo.StartService(context.Background(), demo.ServiceSpec{
+		Path: s.ordersBin, Args: []string{"-listen", "127.0.0.1:0"},
+		Env: append(append([]string{"RETRACE_MODE=", "RETRACE_LOG=error"}, s.env...), env...), Log: log})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { svc.Stop() })
+	return svc
+}
+
+func (s *stage) stopDownstreams()  { s.mysql.Stop(); s.redis.Stop(); s.pricing.Stop() }
+func (s *stage) startDownstreams() { s.mysql.Start(); s.redis.Start(); s.pricing.Start() }
+func (s *stage) downstreamConns() int64 {
+	return s.mysql.Accepted() + s.redis.Accepted() + s.pricing.Accepted()
+}
+
+// TestRecordReplayLoad is the story of issue 7 against real servers: record
+// 500 requests from 32 clients, replay them at concurrency 32 with every
+// downstream stopped (100% pass after noise detection), catch a changed
+// build at the right paths, and load-replay the traffic with per-API results
+// that add up to the recorded requests.
+func TestRecordReplayLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end: builds binaries and sends thousands of requests")
+	}
+	ctx := context.Background()
+	s := newStage(t)
+	recDir := filepath.Join(s.dir, "recordings")
+
+	// Record.
+	rec := s.service("record", "RETRACE_MODE=record", "RETRACE_RECORD="+recDir, "RETRACE_APP=orders")
+	st, err := demo.Traffic{BaseURL: rec.URL(), Requests: recordRequests, Clients: recordClients, Seed: 7}.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Errors != 0 || st.ByStatus[201] < 100 {
+		t.Fatalf("recording traffic: %+v", st)
+	}
+	for code, n := range st.ByStatus {
+		if code >= 500 {
+			t.Fatalf("%d answers with status %d while recording: %+v", n, code, st)
+		}
+	}
+	// The example's main has nothing but the blank import: the recorder's
+	// writer flushes on its own, at least once a second.
+	sessions := waitSessions(t, recDir, recordRequests, 10*time.Second)
+	if err := rec.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	byAPI := map[string]int{}
+	for _, se := range sessions {
+		m, p := regress.RequestLine(se.Inbound.Request)
+		byAPI[regress.APIName(m, p)]++
+		if len(se.Calls) == 0 && !strings.HasPrefix(p, "/healthz") {
+			t.Errorf("session %s (%s %s) recorded no downstream call", se.ID, m, p)
+		}
+	}
+	t.Logf("recorded %d sessions: %v", len(sessions), byAPI)
+
+	// Replay with every downstream stopped.
+	s.stopDownstreams()
+	connsBefore := s.downstreamConns()
+	mock, err := mockserver.New(mockserver.Config{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mock.Close()
+	if n, err := mock.Load(ctx, mockserver.SessionsSource(sessions...)); err != nil || n != recordRequests {
+		t.Fatalf("mock loaded %d sessions: %v", n, err)
+	}
+	if err := mock.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := regress.Config{Source: regress.Sessions(sessions), MockAdmin: mock.AdminURL(), Concurrency: replayWorkers}
+
+	replaySvc := s.service("replay", "RETRACE_MODE=replay", "RETRACE_MOCK_ADDR="+mock.Addr())
+	cfg.Target = replaySvc.URL()
+	noise, err := regress.DetectNoise(ctx, cfg, regress.NoiseConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range noise.Rules {
+		t.Logf("noise: %s %s %s ignore %s", r.API, r.Scope, r.Dst, r.Ignore)
+	}
+	if cfg.Rules, err = diff.NewRules(noise.Rules...); err != nil {
+		t.Fatal(err)
+	}
+	sum, results := replayAll(t, cfg, filepath.Join(s.dir, "report"))
+	if sum.Sessions != recordRequests || sum.Passed != recordRequests {
+		for _, r := range firstN(results, func(r *regress.Result) bool { return r.Status != regress.Passed }, 5) {
+			t.Errorf("session %s %s: %s %s %s", r.Session, r.API, r.Status, r.Error, labels(r.Findings))
+		}
+		t.Fatalf("replay of the recorded build: %d sessions, %d passed, %d failed, %d errors (want all %d passed)",
+			sum.Sessions, sum.Passed, sum.Failed, sum.Errors, recordRequests)
+	}
+	if err := replaySvc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The changed build is caught, at the paths it changed.
+	changed := s.service("changed", "RETRACE_MODE=replay", "RETRACE_MOCK_ADDR="+mock.Addr(), orders.EnvVariant+"="+orders.VariantChanged)
+	cfg.Target = changed.URL()
+	sum, results = replayAll(t, cfg, filepath.Join(s.dir, "report-changed"))
+	// Every session that reached the pricing service must fail at the
+	// pricing request's channel; those that created an order also at
+	// body.status; nothing else may differ, and no other session may fail.
+	priced, created := map[string]bool{}, map[string]bool{}
+	for _, se := range sessions {
+		for _, c := range se.Calls {
+			if c.Proto == "http" && !c.Setup {
+				priced[se.ID] = true
+			}
+		}
+		if strings.Contains(firstLine(se.Inbound.Response), " 201 ") {
+			created[se.ID] = true
+		}
+	}
+	if sum.Failed != len(priced) || sum.Errors != 0 || len(created) == 0 {
+		t.Errorf("changed build: %d failed, %d errors; want the %d sessions that reached pricing (%d created an order) to fail",
+			sum.Failed, sum.Errors, len(priced), len(created))
+	}
+	for _, r := range results {
+		if r.Status != regress.Failed {
+			continue
+		}
+		var status, channel bool
+		for _, f := range r.Findings {
+			switch {
+			case f.Where == regress.InResponse && f.Path == "body.status" && strings.Contains(f.Want, "created") && strings.Contains(f.Got, "pending"):
+				status = true
+			case f.Where == regress.InDownstream && f.Call != nil && f.Call.Proto == "http" && strings.Contains(f.Path+" "+f.Got, "channel"):
+				channel = true
+			case f.Where == regress.InResponse || f.Call == nil || f.Call.Proto != "mysql":
+				t.Errorf("session %s: unexpected difference %s (%s → %s)", r.Session, f.Label(), f.Want, f.Got)
+			}
+		}
+		if !priced[r.Session] || !channel || status != created[r.Session] {
+			t.Errorf("session %s %s (created an order: %v): findings %s; want the pricing request's channel, and body.status created→pending for a created order",
+				r.Session, r.API, created[r.Session], labels(r.Findings))
+		}
+	}
+	if err := changed.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.downstreamConns(); got != connsBefore {
+		t.Errorf("%d connections reached a stopped downstream during replay", got-connsBefore)
+	}
+
+	// Load replay of the same traffic, downstreams back, agent off.
+	s.startDownstreams()
+	plain := s.service("load")
+	lreq := filepath.Join(s.dir, "requests.jsonl")
+	est, err := demo.Extract(ctx, recDir, lreq)
+	if err != nil || est.Written != recordRequests {
+		t.Fatalf("extract: %+v, %v", est, err)
+	}
+	wantAPI := map[string]int64{}
+	f, err := os.Open(lreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := load.NewReader(f, lreq)
+	for {
+		var r load.Request
+		if err := rd.Next(&r); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			break
+		}
+		wantAPI[load.DefaultAPI(&r)]++
+	}
+	f.Close()
+	resDir := filepath.Join(s.dir, "load")
+	if _, err := demo.Load(ctx, lreq, plain.URL(), resDir, 4); err != nil {
+		t.Fatal(err)
+	}
+	run, err := analyze.Load(ctx, resDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := analyze.Summarize(run)
+	if ls.Total.Count != recordRequests || ls.Total.Errors != 0 {
+		t.Errorf("load total: %d requests, %d errors; want %d and 0", ls.Total.Count, ls.Total.Errors, recordRequests)
+	}
+	gotAPI := map[string]int64{}
+	for _, e := range ls.APIs {
+		gotAPI[e.API] = e.Count
+		if e.Count > 0 && (e.P50Ms <= 0 || e.P99Ms < e.P50Ms || e.MaxMs < e.P99Ms) {
+			t.Errorf("API %s: percentiles p50 %.3f p99 %.3f max %.3f", e.API, e.P50Ms, e.P99Ms, e.MaxMs)
+		}
+	}
+	if len(gotAPI) != len(wantAPI) {
+		t.Errorf("load results for %d APIs, recorded %d: %v vs %v", len(gotAPI), len(wantAPI), gotAPI, wantAPI)
+	}
+	for api, n := range wantAPI {
+		if gotAPI[api] != n {
+			t.Errorf("API %s: %d requests in the load results, %d recorded", api, gotAPI[api], n)
+		}
+	}
+	b, _ := json.Marshal(ls.APIs)
+	t.Logf("load: %s", b)
+}
+
+// replayAll replays cfg's sessions into a report in dir and returns its
+// summary and every result.
+func replayAll(t *testing.T, cfg regress.Config, dir string) (*report.Summary, []*regress.Result) {
+	t.Helper()
+	rep, err := report.New(report.Options{Dir: dir, Target: cfg.Target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var results []*regress.Result
+	runErr := regress.Run(context.Background(), cfg, func(r *regress.Result) {
+		results = append(results, r)
+		rep.Add(r)
+	})
+	sum, err := rep.Close()
+	if runErr != nil || err != nil {
+		t.Fatalf("replay: %v %v", runErr, err)
+	}
+	return sum, results
+}
+
+// waitSessions waits until dir holds want sessions and returns them.
+func waitSessions(t *testing.T, dir string, want int, within time.Duration) []*recording.Session {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var got []*recording.Session
+		if store, err := recording.Open(context.Background(), dir); err == nil {
+			store.Scan(context.Background(), func(s *recording.Session) error { got = append(got, s); return nil })
+			store.Close()
+		}
+		if len(got) >= want || time.Now().After(deadline) {
+			if len(got) != want {
+				t.Fatalf("%d sessions recorded in %s, want %d", len(got), dir, want)
+			}
+			return got
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func firstN(rs []*regress.Result, keep func(*regress.Result) bool, n int) []*regress.Result {
+	var out []*regress.Result
+	for _, r := range rs {
+		if keep(r) && len(out) < n {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func labels(fs []regress.Finding) string {
+	var ls []string
+	for _, f := range fs {
+		ls = append(ls, f.Label()+" ("+f.Want+" → "+f.Got+")")
+	}
+	return strings.Join(ls, "; ")
+}
+
+func firstLine(b []byte) string {
+	l, _, _ := strings.Cut(string(b), "\r\n")
+	return l
+}

@@ -20,6 +20,11 @@ const (
 	DefaultAdmin  = "127.0.0.1:3516"
 )
 
+// DefaultCausalWait is Config.CausalWait's default: long enough for a busy
+// system under test to send a sibling goroutine's call, short enough that a
+// build which no longer sends it is slowed once by a little.
+const DefaultCausalWait = 250 * time.Millisecond
+
 // Strategy names one way of choosing the recorded call that answers a live
 // request among the recorded calls of its trace and destination with the
 // same operation (HTTP method and path, Redis command, normalised SQL).
@@ -135,6 +140,15 @@ type Config struct {
 	// recording".
 	Lookup func(ctx context.Context, id string) (*recording.Session, error)
 
+	// CausalWait bounds how long an answer is held back until its trace has
+	// sent every call that its recording shows sent before that answer came
+	// back (calls expecting an answer; set-up traffic and COM_STMT_CLOSE
+	// aside). This replays the recorded order between a request's
+	// concurrent goroutines, e.g. a query sent just before a sibling's
+	// failure cancelled it. A call the replay never sends is waited for
+	// once per trace. 0 means DefaultCausalWait; negative disables holding.
+	CausalWait time.Duration
+
 	// MaxObserved bounds the calls kept per trace for its report. 0 means
 	// 100000.
 	MaxObserved int
@@ -169,6 +183,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if len(c.Strategies) == 0 {
 		c.Strategies = []Strategy{StrategyOrder}
+	}
+	if c.CausalWait == 0 {
+		c.CausalWait = DefaultCausalWait
 	}
 	if c.MaxObserved == 0 {
 		c.MaxObserved = 100000

@@ -45,6 +45,16 @@ type conn struct {
 
 	rdl, wdl time.Time                         // read and write deadlines in force
 	counters map[counterKey]prometheus.Counter // this connection's metric children
+
+	held hold // the answer being built, when causal order holds it back
+}
+
+// hold is an answer held back until the trace has sent what its recording
+// sent before that answer arrived (see awaitSent).
+type hold struct {
+	ts   *traceState
+	need int   // leading entries of ts.entry.sent that must have been sent
+	conn int64 // recorded connection of the answered call
 }
 
 // serve runs the connection until the peer leaves, a protocol or frame
@@ -184,6 +194,7 @@ func (c *conn) process() error {
 		start := time.Now()
 		closeAfter := c.answer(&r)
 		c.s.metrics.latency.Observe(time.Since(start).Seconds())
+		c.awaitSent()
 		off += n
 		if r.quit || closeAfter {
 			quit = errQuit
@@ -317,7 +328,12 @@ func (c *conn) matchTrace(ts *traceState, r *request, oc *ObservedCall) ([]byte,
 			used[res.unit] = true
 			u := &du.units[res.unit]
 			oc.Matched, oc.Strategy, oc.Score = u.seq, string(res.strategy), res.score
-			return c.ad.reply(*r, u.resp), ""
+			out := c.ad.reply(*r, u.resp)
+			ts.markSent(u.call)
+			if rc := &ts.entry.s.Calls[u.call]; len(out) > 0 && s.cfg.CausalWait > 0 {
+				c.held = hold{ts: ts, need: ts.entry.sentBefore(rc.StartNs + rc.DurNs), conn: rc.Conn}
+			}
+			return out, ""
 		}
 		reason = fmt.Sprintf("recording %q: %s (%s %q)", ts.recID, why, r.op, clip(r.key))
 	}
@@ -334,6 +350,58 @@ func (c *conn) matchTrace(ts *traceState, r *request, oc *ObservedCall) ([]byte,
 		}
 	}
 	return nil, reason
+}
+
+// awaitSent releases the answer just built once the trace has sent every
+// request its recording had sent before that answer came back — at most
+// CausalWait later. This keeps the recorded order between a request's
+// concurrent goroutines: when one goroutine's answer (a failure) made the
+// request cancel another's call, the recording holds that call only if it
+// was sent before the answer arrived, and an answer given at once would
+// let the replay cancel it before it is sent (or the other way round).
+// Only calls the recording shows as sent before the answer can be waited
+// for, so a replay of the same build never waits for a call that depends
+// on the answer; a call the replay does not send is waited for once per
+// trace, then given up.
+func (c *conn) awaitSent() {
+	h := c.held
+	c.held = hold{}
+	if h.ts == nil {
+		return
+	}
+	var timer *time.Timer
+	for {
+		h.ts.mu.Lock()
+		missing := h.ts.unsent(h.need, h.conn)
+		if len(missing) == 0 {
+			h.ts.mu.Unlock()
+			return
+		}
+		if h.ts.wake == nil {
+			h.ts.wake = make(chan struct{})
+		}
+		wake := h.ts.wake
+		h.ts.mu.Unlock()
+		if timer == nil {
+			c.s.metrics.holds.Inc()
+			timer = time.NewTimer(c.s.cfg.CausalWait)
+			defer timer.Stop()
+		}
+		select {
+		case <-wake:
+		case <-c.ctx.Done():
+			return
+		case <-timer.C:
+			h.ts.mu.Lock()
+			for _, i := range h.ts.unsent(h.need, h.conn) {
+				h.ts.markSent(i)
+			}
+			h.ts.mu.Unlock()
+			c.s.metrics.holdsGivenUp.Inc()
+			c.s.log.Info("answer released without calls recorded before it", "trace", h.ts.id, "dst", c.dst, "calls", missing)
+			return
+		}
+	}
 }
 
 func clip(s string) string {

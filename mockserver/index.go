@@ -1,6 +1,8 @@
 package mockserver
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 
 	"github.com/retrace-dev/retrace/mockserver/httpproto"
@@ -24,6 +26,17 @@ type sessionEntry struct {
 	s     *recording.Session
 	once  sync.Once
 	units map[string]*dstUnits // by destination, built on first use
+	// sent lists, by recorded start, the calls a replay must have sent
+	// before an answer the recording saw after their start is released
+	// (causal order): every non set-up call that expects an answer.
+	// Built with units.
+	sent []sentCall
+}
+
+// sentCall is one entry of sessionEntry.sent.
+type sentCall struct {
+	start int64 // recorded StartNs
+	call  int   // index in Session.Calls
 }
 
 // dstUnits are the answerable pieces of one recording's calls to one
@@ -203,8 +216,43 @@ func (ix *index) stmtSQL(dst string, id uint32) (string, bool) {
 
 // unitsFor returns the answerable units of e's calls to dst.
 func (ix *index) unitsFor(e *sessionEntry, dst string) *dstUnits {
-	e.once.Do(func() { e.units = ix.buildUnits(e.s) })
+	ix.build(e)
 	return e.units[dst]
+}
+
+// build computes e's units and causal list, once.
+func (ix *index) build(e *sessionEntry) {
+	e.once.Do(func() {
+		e.units = ix.buildUnits(e.s)
+		e.sent = causalCalls(e.s, e.units)
+	})
+}
+
+// causalCalls lists, by recorded start, the calls of s that other answers
+// may wait for: those with a unit that expects an answer. Set-up traffic
+// belongs to connections, and commands without an answer (COM_STMT_CLOSE)
+// are sent whenever a driver gets round to it, often by another request.
+func causalCalls(s *recording.Session, units map[string]*dstUnits) []sentCall {
+	want := map[int]bool{}
+	for _, du := range units {
+		for _, u := range du.units {
+			if !u.req.noReply && !u.req.setup {
+				want[u.call] = true
+			}
+		}
+	}
+	out := make([]sentCall, 0, len(want))
+	for i := range want {
+		out = append(out, sentCall{start: s.Calls[i].StartNs, call: i})
+	}
+	slices.SortFunc(out, func(a, b sentCall) int { return cmp.Or(cmp.Compare(a.start, b.start), cmp.Compare(a.call, b.call)) })
+	return out
+}
+
+// sentBefore returns how many entries of e.sent started before t.
+func (e *sessionEntry) sentBefore(t int64) int {
+	n, _ := slices.BinarySearchFunc(e.sent, t, func(c sentCall, t int64) int { return cmp.Compare(c.start, t) })
+	return n
 }
 
 func (ix *index) buildUnits(s *recording.Session) map[string]*dstUnits {

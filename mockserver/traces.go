@@ -31,6 +31,51 @@ type traceState struct {
 	cursor  map[string]map[string]int
 	calls   []ObservedCall
 	dropped int
+
+	// Causal order (see conn.awaitSent): seen marks the recorded calls a
+	// live request matched, or that a wait gave up on; every entry of
+	// entry.sent before frontier is seen; wake, when not nil, is closed
+	// and cleared whenever seen changes.
+	seen     []bool
+	frontier int
+	wake     chan struct{}
+}
+
+// markSent notes that recorded call i was sent (matched, or given up on);
+// the caller holds ts.mu.
+func (ts *traceState) markSent(i int) {
+	if ts.seen == nil {
+		ts.seen = make([]bool, len(ts.entry.s.Calls))
+	}
+	if ts.seen[i] {
+		return
+	}
+	ts.seen[i] = true
+	for ts.frontier < len(ts.entry.sent) && ts.seen[ts.entry.sent[ts.frontier].call] {
+		ts.frontier++
+	}
+	if ts.wake != nil {
+		close(ts.wake)
+		ts.wake = nil
+	}
+}
+
+// unsent returns the calls among the first need entries of entry.sent that
+// no live request matched yet, leaving out those recorded on connection
+// conn (a client writes on one connection in turn, so what it sent there
+// after the held answer's request is behind it in the same stream); the
+// caller holds ts.mu.
+func (ts *traceState) unsent(need int, conn int64) []int {
+	if ts.frontier >= need {
+		return nil
+	}
+	var out []int
+	for _, e := range ts.entry.sent[ts.frontier:need] {
+		if (ts.seen == nil || !ts.seen[e.call]) && (conn == 0 || ts.entry.s.Calls[e.call].Conn != conn) {
+			out = append(out, e.call)
+		}
+	}
+	return out
 }
 
 func newTraceTable(missMax int) *traceTable {

@@ -100,7 +100,8 @@ type capConn struct {
 	cur     *recording.Call
 	curTID  string
 	started time.Time
-	n       int // calls finished on this connection
+	last    time.Time // the current call's last byte, written or read
+	n       int       // calls finished on this connection
 }
 
 func (c *capConn) Write(p []byte) (int, error) {
@@ -117,6 +118,7 @@ func (c *capConn) Write(p []byte) (int, error) {
 		c.begin()
 	}
 	c.cur.Request = append(c.cur.Request, p...)
+	c.last = time.Now()
 	c.mu.Unlock()
 	return c.Conn.Write(p)
 }
@@ -129,6 +131,7 @@ func (c *capConn) Read(p []byte) (int, error) {
 			c.begin()
 		}
 		c.cur.Response = append(c.cur.Response, p[:n]...)
+		c.last = time.Now()
 		c.mu.Unlock()
 	}
 	return n, err
@@ -153,13 +156,14 @@ func (c *capConn) traceNow() string {
 func (c *capConn) begin() {
 	tid := c.traceNow()
 	c.started = time.Now()
+	c.last = c.started
 	c.curTID = tid
 	c.cur = &recording.Call{Proto: c.proto, Dst: c.dst, Conn: c.id, StartNs: int64(c.started.Sub(c.r.start))}
 }
 
 func (c *capConn) finish() {
 	call := *c.cur
-	call.DurNs = int64(time.Since(c.started))
+	call.DurNs = int64(c.last.Sub(c.started)) // as record mode: up to the last byte of the answer
 	call.Setup = c.isSetup(&call)
 	c.n++
 	c.cur = nil

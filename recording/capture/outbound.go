@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/mockserver/mysql"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
 )
@@ -27,7 +28,18 @@ type outConn struct {
 	pending []*call    // set-up calls waiting for the connection's first session
 	authed  bool       // MySQL: the handshake response has been written
 	closed  bool
+	// MySQL: the trace of the request that prepared each live statement.
+	// A pooled connection runs the COM_STMT_CLOSE of one request's
+	// statement whenever database/sql gets round to it — often on the
+	// goroutine of the next request that took the connection (driverConn
+	// onPut) — so a close is charged to its statement's request, not to
+	// the writer's.
+	stmts map[uint32]string
 }
+
+// maxStmts bounds outConn.stmts: past it (statements prepared and never
+// closed), closes are charged to the writing goroutine's trace.
+const maxStmts = 4096
 
 // call is one downstream exchange in progress or done.
 type call struct {
@@ -38,6 +50,11 @@ type call struct {
 	start, end int64
 	req, resp  payload
 	framer     respFramer // HTTP: where the response ends
+	// MySQL: the call ends with a COM_STMT_PREPARE; its answer's first
+	// bytes (up to the statement id) are kept in head until they tell the
+	// statement id.
+	prepare bool
+	head    []byte
 }
 
 // snapshot returns the call as recorded so far, start relative to base.
@@ -68,12 +85,18 @@ func (r *Recorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
 		oc.proto = detectClient(p)
 	}
 	oc.wrote = true
+	if oc.proto == protoMySQL && oc.authed {
+		tid = oc.stmtOwner(tid, p)
+	}
 	cur := oc.cur
 	// The same call goes on while nothing has answered it yet, or while
 	// an HTTP request that got "100 Continue" sends its body.
 	if cur != nil && cur.tid == tid && (cur.resp.n == 0 || oc.proto == protoHTTP && cur.framer.awaitingFinal()) {
 		if cur.keep {
 			cur.req.add(p, r.max)
+		}
+		if oc.proto == protoMySQL {
+			cur.prepare = endsWithPrepare(p)
 		}
 		cur.end = now
 		return
@@ -91,6 +114,7 @@ func (r *Recorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
 		cur.setup = isSetupRedis(p)
 	case protoMySQL:
 		cur.setup = !oc.authed || isSetupMySQL(p)
+		cur.prepare = oc.authed && endsWithPrepare(p)
 		oc.authed = true
 	case protoHTTP:
 		cur.framer.noBody = bytes.HasPrefix(p, []byte("HEAD "))
@@ -187,7 +211,70 @@ func (r *Recorder) OutboundRead(c hook.ConnInfo, p []byte) {
 		if cur.tid != trace.CurrentID() {
 			return
 		}
+		if cur.prepare {
+			oc.notePrepared(cur, p)
+		}
 	}
 	cur.resp.add(p, r.maxFor(cur))
 	cur.end = now
+}
+
+// stmtOwner returns the trace a MySQL write is charged to (called with
+// oc.mu held): the trace that prepared the statement when the write closes
+// statements (COM_STMT_CLOSE carries no answer, and database/sql sends it
+// from whichever goroutine releases the connection next), else tid.
+func (oc *outConn) stmtOwner(tid string, p []byte) string {
+	owner, found := tid, false
+	for len(p) > 0 {
+		m, _, n, err := mysql.NextMessage(p, len(p))
+		if err != nil || n == 0 || len(m) != 5 || m[0] != mysql.ComStmtClose {
+			return tid // not only closes: the writer's own command
+		}
+		id, _ := mysql.RequestStmtID(m)
+		if t, ok := oc.stmts[id]; ok {
+			delete(oc.stmts, id)
+			if !found {
+				owner, found = t, true
+			}
+		}
+		p = p[n:]
+	}
+	return owner
+}
+
+// notePrepared reads the statement id from the answer to a
+// COM_STMT_PREPARE and notes which trace prepared it (called with oc.mu
+// held).
+func (oc *outConn) notePrepared(c *call, p []byte) {
+	const idEnd = 4 + 12 // header and payload of a COM_STMT_PREPARE_OK packet
+	c.head = append(c.head, p[:min(len(p), idEnd-len(c.head))]...)
+	if len(c.head) < idEnd {
+		return
+	}
+	c.prepare = false
+	id, ok := mysql.StmtID(c.head)
+	if !ok || len(oc.stmts) >= maxStmts {
+		return
+	}
+	if oc.stmts == nil {
+		oc.stmts = map[uint32]string{}
+	}
+	oc.stmts[id] = c.tid
+}
+
+// endsWithPrepare reports whether the last MySQL command in p is a
+// COM_STMT_PREPARE.
+func endsWithPrepare(p []byte) bool {
+	last := byte(0)
+	for len(p) > 0 {
+		m, _, n, err := mysql.NextMessage(p, len(p))
+		if err != nil || n == 0 {
+			return false
+		}
+		if len(m) > 0 {
+			last = m[0]
+		}
+		p = p[n:]
+	}
+	return last == mysql.ComStmtPrepare
 }

@@ -107,14 +107,13 @@ func (e *engine) parseInbound(st *connState, b []byte, n int) (k int, ok bool) {
 		}
 	}()
 	s := st.rd
-	wasIdle := s.p.Idle()
 	out := s.feed(b[:n])
 	for i := range s.events {
 		ev := &s.events[i]
 		ev.tid = e.startRequest(st, &ev.head)
 	}
 	if e.cfg.Mode == Record {
-		s.attribute(out, wasIdle, noTrace, func(tid string, p []byte) {
+		s.attribute(out, noTrace, func(tid string, p []byte) {
 			if tid != "" {
 				e.recordCall("inbound-read", func() { e.cfg.Recorder.InboundRead(st.info, tid, p) })
 			}
@@ -288,7 +287,6 @@ func (e *engine) splitOutbound(st *connState, b []byte, w *outWriter) (ok bool) 
 		w.piece(goroutineTID(), b)
 		return true
 	}
-	wasIdle := s.p.Idle()
 	out := s.feed(b)
 	for i := range s.events {
 		ev := &s.events[i]
@@ -300,7 +298,7 @@ func (e *engine) splitOutbound(st *connState, b []byte, w *outWriter) (ok bool) 
 			ev.tid = goroutineTID()
 		}
 	}
-	s.attribute(out, wasIdle, goroutineTID, w.piece)
+	s.attribute(out, goroutineTID, w.piece)
 	return true
 }
 

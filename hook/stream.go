@@ -61,14 +61,11 @@ func (s *stream) feed(in []byte) []byte {
 // first byte to the previous request, from it on to that request (its
 // reqEvent.tid, set by the caller). Bytes that start a request whose head
 // has not ended yet are kept until it ends, so a head split over several
-// reads or writes is charged as a whole. fallback is the trace of bytes
-// that belong to no request seen so far. wasIdle is the parser's Idle()
-// before the feed.
-//
-// One case cannot be told apart from outside the parser: a feed that ends
-// one request's body and starts the next request's head without ending it
-// (pipelining); the start of that head is charged to the previous request.
-func (s *stream) attribute(out []byte, wasIdle bool, fallback func() string, emit func(tid string, b []byte)) {
+// reads or writes is charged as a whole — also when the feed that started
+// it ended the previous request (pipelining, or coalesced reads): the
+// parser's HeadStart says where it began. fallback is the trace of bytes
+// that belong to no request seen so far.
+func (s *stream) attribute(out []byte, fallback func() string, emit func(tid string, b []byte)) {
 	data, base := out, 0
 	if s.holding {
 		base = len(s.held)
@@ -90,15 +87,25 @@ func (s *stream) attribute(out []byte, wasIdle bool, fallback func() string, emi
 		s.cur, s.hasCur = s.events[i].tid, true
 		pos = at
 	}
-	rest := data[pos:]
-	if len(s.events) == 0 && (s.holding || wasIdle) && !s.p.Idle() && !s.p.PassThrough() && len(data) < holdLimit {
-		if !s.holding {
-			s.held = append(s.held[:0], rest...)
+	if start, ok := s.p.HeadStart(); ok {
+		// a head in progress: from its first byte on, the bytes wait for
+		// it to end and name its trace (up to holdLimit of them)
+		at := min(max(start+base, pos), len(data))
+		if len(data)-at < holdLimit {
+			if at > pos {
+				emit(cur(), data[pos:at])
+			}
+			rest := data[at:]
+			if s.holding {
+				s.held = s.held[:copy(s.held, rest)] // rest is the tail of s.held
+			} else {
+				s.held = append(s.held[:0], rest...)
+			}
 			s.holding = true
+			return
 		}
-		return
 	}
-	if len(rest) > 0 {
+	if rest := data[pos:]; len(rest) > 0 {
 		emit(cur(), rest)
 	}
 	s.holding = false

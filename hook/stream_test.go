@@ -19,14 +19,13 @@ func feedAll(data []byte, cuts []byte) (outs, emitted []byte, tids []string, s *
 			n = min(int(cuts[0])%64+1, len(data))
 			cuts = cuts[1:]
 		}
-		wasIdle := s.p.Idle()
 		out := s.feed(data[:n])
 		data = data[n:]
 		outs = append(outs, out...)
 		for i := range s.events {
 			s.events[i].tid = s.events[i].head.TraceID
 		}
-		s.attribute(out, wasIdle, func() string { return "fallback" }, func(tid string, b []byte) {
+		s.attribute(out, func() string { return "fallback" }, func(tid string, b []byte) {
 			emitted = append(emitted, b...)
 			tids = append(tids, tid)
 		})
@@ -39,13 +38,12 @@ func feedAll(data []byte, cuts []byte) (outs, emitted []byte, tids []string, s *
 func feedChunks(chunks [][]byte) (outs, emitted []byte, tids []string, lens []int) {
 	s := newStream()
 	for _, chunk := range chunks {
-		wasIdle := s.p.Idle()
 		out := s.feed(chunk)
 		outs = append(outs, out...)
 		for i := range s.events {
 			s.events[i].tid = s.events[i].head.TraceID
 		}
-		s.attribute(out, wasIdle, func() string { return "fallback" }, func(tid string, b []byte) {
+		s.attribute(out, func() string { return "fallback" }, func(tid string, b []byte) {
 			emitted = append(emitted, b...)
 			tids = append(tids, tid)
 			lens = append(lens, len(b))
@@ -95,6 +93,50 @@ func TestStreamChargesWholeRequests(t *testing.T) {
 }
 
 var idRE = regexp.MustCompile(`rt[a-z]{16}`)
+
+// TestStreamChargesPipelinedRequests: requests sent back to back (a
+// pipelining client, or reads that coalesce a keep-alive client's
+// requests) and cut at every size, so that one feed ends a request and
+// starts the next one's head: every piece handed on is charged to the
+// request its bytes belong to — the start of an unfinished head waits for
+// the head to end instead of going to the previous request.
+func TestStreamChargesPipelinedRequests(t *testing.T) {
+	reqs := []struct{ tid, text string }{
+		{"rtaaaaaaaaaaaaaaaa", "GET /rtaaaaaaaaaaaaaaaa HTTP/1.1\r\nHost: x\r\nRetrace-Trace-Id: rtaaaaaaaaaaaaaaaa\r\n\r\n"},
+		{"rtbbbbbbbbbbbbbbbb", "POST /rtbbbbbbbbbbbbbbbb HTTP/1.1\r\nRetrace-Trace-Id: rtbbbbbbbbbbbbbbbb\r\nContent-Length: 38\r\n\r\nrtbbbbbbbbbbbbbbbb rtbbbbbbbbbbbbbbbb\n"},
+		{"rtcccccccccccccccc", "GET /rtcccccccccccccccc HTTP/1.1\r\nHost: y\r\nretrace-trace-id: rtcccccccccccccccc\r\nTransfer-Encoding: chunked\r\n\r\n13\r\nrtcccccccccccccccc\n\r\n0\r\n\r\n"},
+		{"rtdddddddddddddddd", "GET /rtdddddddddddddddd HTTP/1.1\r\nRetrace-Trace-Id: rtdddddddddddddddd\r\n\r\n"},
+	}
+	var all []byte
+	for _, r := range reqs {
+		all = append(all, r.text...)
+	}
+	for size := 1; size <= len(all); size++ {
+		var chunks [][]byte
+		for text := all; len(text) > 0; {
+			n := min(size, len(text))
+			chunks = append(chunks, text[:n])
+			text = text[n:]
+		}
+		outs, emitted, tids, lens := feedChunks(chunks)
+		if !bytes.Equal(outs, emitted) {
+			t.Fatalf("chunks of %d: emitted %q, parser output %q", size, emitted, outs)
+		}
+		pos := 0
+		for i, tid := range tids {
+			piece := emitted[pos : pos+lens[i]]
+			pos += lens[i]
+			for _, id := range idRE.FindAll(piece, -1) {
+				if string(id) != tid {
+					t.Fatalf("chunks of %d: piece %q charged to %s", size, piece, tid)
+				}
+			}
+			if tid == "fallback" {
+				t.Fatalf("chunks of %d: piece %q charged to no request", size, piece)
+			}
+		}
+	}
+}
 
 // FuzzStream: however a stream is cut, attribute hands on exactly the
 // parser's output, in order, nothing lost or doubled, and holds back at

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -167,4 +169,103 @@ func forget(t *testing.T, srv *mockserver.Server, tid string) {
 	if resp.StatusCode/100 != 2 {
 		t.Fatalf("DELETE /traces/%s: %s", tid, resp.Status)
 	}
+}
+
+// causalSession is a recording of two concurrent raw calls: the answer to
+// the first (to a:1) came back after the second (to b:1) was sent.
+func causalSession(id string) *recording.Session {
+	return &recording.Session{V: recording.SchemaVersion, ID: id, Calls: []recording.Call{
+		{Seq: 0, Proto: "raw", Dst: "a.test:1", Conn: 1, Request: []byte("ping-a"), Response: []byte("pong-a"), StartNs: 0, DurNs: 10e6},
+		{Seq: 1, Proto: "raw", Dst: "b.test:1", Conn: 2, Request: []byte("ping-b"), Response: []byte("pong-b"), StartNs: 5e6, DurNs: 1e6},
+	}}
+}
+
+// rawCall sends p to dst through the mock server under trace tid and
+// returns the connection, for reading the answer.
+func rawCall(t *testing.T, mock, tid, dst string, p []byte) net.Conn {
+	t.Helper()
+	d := &mocktest.Dialer{Mock: mock, TID: tid}
+	c, err := d.DialContext(context.Background(), "tcp", dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := c.Write(p); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func readAnswer(t *testing.T, c net.Conn, want string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b := make([]byte, len(want))
+	if _, err := io.ReadFull(c, b); err != nil || string(b) != want {
+		t.Fatalf("answer %q, %v; want %q", b, err, want)
+	}
+}
+
+// TestCausalHoldReleasedBySentCall: the answer to a:1 waits for the call
+// to b:1 that the recording sent before that answer, however long
+// (CausalWait is an hour here), and goes as soon as that call arrives.
+func TestCausalHoldReleasedBySentCall(t *testing.T) {
+	srv := mocktest.NewServer(t, mockserver.Config{CausalWait: time.Hour}, causalSession("hold-1"))
+	a := rawCall(t, srv.Addr(), "hold-1", "a.test:1", []byte("ping-a"))
+	a.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if n, err := a.Read(make([]byte, 8)); n > 0 || !isTimeout(err) {
+		t.Fatalf("answer to a:1 given before the trace sent its call to b:1: %d bytes, %v", n, err)
+	}
+	b := rawCall(t, srv.Addr(), "hold-1", "b.test:1", []byte("ping-b"))
+	readAnswer(t, b, "pong-b")
+	readAnswer(t, a, "pong-a")
+	if got := metric(t, srv, "retrace_mock_causal_holds_given_up_total"); got != "0" {
+		t.Errorf("holds given up: %s, want 0", got)
+	}
+}
+
+// TestCausalHoldGivesUpOnce: a call the replay never sends holds the
+// answers recorded after it for CausalWait once per trace, then no more.
+func TestCausalHoldGivesUpOnce(t *testing.T) {
+	s := causalSession("hold-2")
+	s.Calls = append(s.Calls, recording.Call{Seq: 2, Proto: "raw", Dst: "a.test:1", Conn: 1,
+		Request: []byte("ping-a"), Response: []byte("pong-A"), StartNs: 20e6, DurNs: 1e6})
+	srv := mocktest.NewServer(t, mockserver.Config{CausalWait: 20 * time.Millisecond}, s)
+	a := rawCall(t, srv.Addr(), "hold-2", "a.test:1", []byte("ping-a"))
+	readAnswer(t, a, "pong-a")
+	if _, err := a.Write([]byte("ping-a")); err != nil {
+		t.Fatal(err)
+	}
+	readAnswer(t, a, "pong-A")
+	if got := metric(t, srv, "retrace_mock_causal_holds_total"); got != "1" {
+		t.Errorf("holds: %s, want 1 (the second answer must not wait for the call given up on)", got)
+	}
+	if got := metric(t, srv, "retrace_mock_causal_holds_given_up_total"); got != "1" {
+		t.Errorf("holds given up: %s, want 1", got)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// metric returns the value of an unlabelled metric from /metrics.
+func metric(t *testing.T, srv *mockserver.Server, name string) string {
+	t.Helper()
+	resp, err := http.Get(srv.AdminURL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			return v
+		}
+	}
+	t.Fatalf("/metrics has no %s", name)
+	return ""
 }

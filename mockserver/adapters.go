@@ -48,8 +48,9 @@ func (c *conn) newAdapter(proto string) adapter {
 	case protoRedis:
 		return &redisAdapter{max: c.s.cfg.MaxMessage}
 	case protoMySQL:
-		a := &mysqlAdapter{max: c.s.cfg.MaxMessage, stmts: map[uint32]string{}}
+		a := &mysqlAdapter{max: c.s.cfg.MaxMessage, stmts: map[uint32]string{}, owners: map[uint32]string{}}
 		a.greet = c.mysqlGreeting
+		a.tid = func() string { return c.msgTID }
 		return a
 	}
 	return &rawAdapter{}
@@ -153,6 +154,13 @@ type mysqlAdapter struct {
 	stmts   map[uint32]string // live statement id → SQL
 	nextID  uint32
 	pending string // SQL of the COM_STMT_PREPARE being answered
+	// owners is the trace that prepared each live statement: a pooled
+	// connection's driver may close one request's statement from the
+	// next request's goroutine (database/sql), and the close is that
+	// statement's request's, not the writer's.
+	owners     map[uint32]string
+	pendingTID string
+	tid        func() string // trace of the request being assembled
 }
 
 func (c *conn) mysqlGreeting() []byte {
@@ -190,10 +198,14 @@ func (a *mysqlAdapter) next(buf []byte) (request, int, []byte, error) {
 	switch {
 	case len(p) > 0 && p[0] == mysql.ComStmtClose:
 		if id, ok := mysql.RequestStmtID(p); ok {
+			if t := a.owners[id]; t != "" && t != a.tid() {
+				r.owner = t
+			}
 			delete(a.stmts, id)
+			delete(a.owners, id)
 		}
 	case len(p) > 0 && p[0] == mysql.ComStmtPrepare:
-		a.pending = r.key
+		a.pending, a.pendingTID = r.key, a.tid()
 	case len(p) > 0 && (p[0] == mysql.ComChangeUser || p[0] == mysql.ComResetConnection):
 		r.local = true
 	}
@@ -205,6 +217,7 @@ func (a *mysqlAdapter) reply(r request, resp []byte) []byte {
 		if _, ok := mysql.StmtID(resp); ok {
 			a.nextID++
 			a.stmts[a.nextID] = a.pending
+			a.owners[a.nextID] = a.pendingTID
 			resp = mysql.WithStmtID(resp, a.nextID)
 		}
 	}

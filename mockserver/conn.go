@@ -245,6 +245,9 @@ func (c *conn) answer(r *request) (closeAfter bool) {
 	proto := c.ad.proto()
 	c.count(s.metrics.requests, proto)
 	tid := c.msgTID
+	if r.owner != "" {
+		tid = r.owner
+	}
 	var ts *traceState
 	if tid != "" {
 		ts = s.trace(c.ctx, tid)

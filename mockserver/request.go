@@ -34,6 +34,7 @@ type request struct {
 	quit    bool     // the client ends the connection after this request
 	noReply bool     // the protocol sends nothing back (COM_STMT_CLOSE)
 	method  string   // HTTP method, for proxying
+	owner   string   // trace the request belongs to when not its writer's (MySQL COM_STMT_CLOSE)
 }
 
 // httpRequest computes the features of one complete HTTP request.

@@ -76,6 +76,8 @@ func runMock(ctx context.Context, p *proc, args []string) error {
 	idleTimeout := fs.Duration("idle-timeout", 0, "close connections idle this long (0: never)")
 	maxFrame := fs.Int("max-frame", 16<<20, "largest frame payload in bytes")
 	logLevel := fs.String("log", "info", "log level: error, info or debug")
+	causal := fs.Duration("causal-wait", mockserver.DefaultCausalWait,
+		"longest an answer is held until its trace has sent every call its recording sent before that answer (0: don't hold)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -107,7 +109,10 @@ func runMock(ctx context.Context, p *proc, args []string) error {
 	defer store.Close()
 	cfg := mockserver.Config{Listen: *listen, Admin: *admin, Strategies: chain, DstStrategies: perDst,
 		Passthrough: pass, Untraced: untraced, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout,
-		MaxFrame: *maxFrame, Logger: log}
+		MaxFrame: *maxFrame, Logger: log, CausalWait: *causal}
+	if *causal <= 0 {
+		cfg.CausalWait = -1 // Config's zero means the default; the flag's zero means off
+	}
 	if *lazy {
 		cfg.Lookup = func(ctx context.Context, id string) (*recording.Session, error) {
 			s, err := store.Get(ctx, id)

@@ -11,9 +11,12 @@ import (
 
 // Defaults of PipelineConfig.
 const (
-	DefaultQueueSize     = 4096
-	DefaultBatchSize     = 256
-	DefaultFlushInterval = time.Second
+	DefaultQueueSize = 4096
+	DefaultBatchSize = 256
+	// DefaultFlushInterval is short so a service stopped without
+	// patches.Stop (a plain SIGTERM) loses at most the last 100ms of
+	// sessions; a flush is one write call, and only when something was written.
+	DefaultFlushInterval = 100 * time.Millisecond
 	DefaultMaxPayload    = 1 << 20
 )
 

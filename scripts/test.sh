@@ -21,6 +21,7 @@ install_missing() {
 	command -v redis-server >/dev/null || need+=(redis-server)
 	command -v mariadbd >/dev/null || need+=(mariadb-server)
 	command -v chromium >/dev/null || need+=(chromium)
+	command -v curl >/dev/null || need+=(curl) # the README walkthrough (e2e) uses it
 	if [ ${#need[@]} -gt 0 ]; then
 		log "installing ${need[*]}"
 		local sudo=""

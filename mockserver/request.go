@@ -9,14 +9,15 @@ import (
 	"github.com/retrace-dev/retrace/mockserver/httpproto"
 	"github.com/retrace-dev/retrace/mockserver/mysql"
 	"github.com/retrace-dev/retrace/mockserver/redis"
+	"github.com/retrace-dev/retrace/recording"
 )
 
 // Protocol names, as in recording.Call.Proto.
 const (
-	protoHTTP  = "http"
-	protoRedis = "redis"
-	protoMySQL = "mysql"
-	protoRaw   = "raw"
+	protoHTTP  = recording.ProtoHTTP
+	protoRedis = recording.ProtoRedis
+	protoMySQL = recording.ProtoMySQL
+	protoRaw   = recording.ProtoRaw
 )
 
 // request is what matching knows of one request, live or recorded: the same

@@ -12,6 +12,14 @@ import (
 // fields.
 const SchemaVersion = 1
 
+// Protocols of recorded calls (Call.Proto) and inbound requests.
+const (
+	ProtoHTTP  = "http"
+	ProtoRedis = "redis"
+	ProtoMySQL = "mysql"
+	ProtoRaw   = "raw" // any other protocol: one write burst and its answer
+)
+
 // Session is one recorded inbound request and every downstream call it
 // caused.
 type Session struct {

@@ -108,7 +108,9 @@ type Recorder interface {
 	// OutboundWrite reports bytes written on a dialled connection (the
 	// in-band Retrace-Trace-Id stripped), with the tid of the request that
 	// caused them (from the writing goroutine or the in-band header), ""
-	// if none.
+	// if none. Writes with no trace are reported on HTTP connections, and
+	// on others for the connection's first 16 of them (its set-up, when a
+	// pool opened it on a goroutine of its own); later ones are not.
 	OutboundWrite(c ConnInfo, tid string, p []byte)
 	// OutboundRead reports bytes read on a dialled connection, on whatever
 	// goroutine read them.

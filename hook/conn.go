@@ -236,7 +236,8 @@ func (e *engine) outboundWrite(st *connState, c *netConn, b []byte) (int, error)
 	if !st.redirect && (st.broken.Load() || st.wr.passThrough()) {
 		// The common untraced case: a plain connection with no HTTP to strip.
 		if len(b) > 0 && record && !st.broken.Load() {
-			if tid := trace.CurrentID(); tid != "" {
+			tid := trace.CurrentID()
+			if tid != "" || st.setupWrite() {
 				e.recordCall("outbound-write", func() { e.cfg.Recorder.OutboundWrite(st.info, tid, b) })
 			}
 		}

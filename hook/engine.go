@@ -105,6 +105,10 @@ type connState struct {
 	rd      *stream    // inbound: the request parser
 	pending []byte     // parsed bytes that did not fit the reader's buffer
 
+	// untraced counts the writes with no trace reported on an outbound
+	// connection whose bytes skip the stream (see setupWrite).
+	untraced atomic.Int32
+
 	wmu      sync.Mutex  // write side: wr, preamble, wbuf
 	wr       *stream     // outbound: strips the in-band Retrace-Trace-Id
 	preamble atomic.Bool // the preamble frame has been sent (set under wmu)
@@ -113,6 +117,28 @@ type connState struct {
 	bmu     sync.Mutex // the binding of the inbound request being served
 	release func()
 	curTID  atomic.Pointer[string] // inbound: trace of the current request
+}
+
+// setupUntraced is how many writes with no trace record mode reports on
+// an outbound connection that carries no HTTP. They are the connection's
+// set-up, as often as not: a pool opens connections on a goroutine of its
+// own (database/sql's connectionOpener, go-redis's pool) or before any
+// request, and the driver authenticates and sets session variables there.
+// The recorder keeps them for the connection's first sampled request.
+// Past them, untraced writes (requests not sampled) are not reported, so
+// unsampled traffic costs the recorder nothing.
+const setupUntraced = 16
+
+// setupWrite reports whether an untraced write on the connection is to be
+// reported (one of its first setupUntraced). Writers of one connection
+// take turns, so a plain load and add is enough (a race only miscounts by
+// one); past the limit it is a load.
+func (st *connState) setupWrite() bool {
+	if n := st.untraced.Load(); n < setupUntraced {
+		st.untraced.Store(n + 1)
+		return true
+	}
+	return false
 }
 
 func (st *connState) tid() string {

@@ -167,7 +167,7 @@ func (r *Recorder) OutboundRead(c hook.ConnInfo, p []byte) {
 	}
 	oc, ok := r.outConns.get(c.ID)
 	if !ok {
-		if !isMySQLGreeting(p) && !bytes.HasPrefix(p, []byte("HTTP/1.")) {
+		if !mayBeMySQLGreeting(p) && !bytes.HasPrefix(p, []byte("HTTP/1.")) {
 			// bytes on a connection whose writes were never reported:
 			// traffic of no sampled request.
 			return
@@ -183,10 +183,16 @@ func (r *Recorder) OutboundRead(c hook.ConnInfo, p []byte) {
 	cur := oc.cur
 	switch {
 	case cur == nil && !oc.wrote:
-		if len(oc.early) > 0 || !isMySQLGreeting(p) {
-			if len(oc.early)+len(p) <= maxEarly {
-				oc.early = append(oc.early, p...) // for the first request, if HTTP
-			}
+		if len(oc.early)+len(p) > maxEarly {
+			return
+		}
+		// for the first request, if HTTP; or the start of a greeting
+		oc.early = append(oc.early, p...)
+		if !isMySQLGreeting(oc.early) {
+			// not a greeting (yet: a server may send the greeting's header
+			// and body with separate writes, and the client read the
+			// header alone; the connection's protocol is decided when
+			// the next bytes come)
 			return
 		}
 		// the server speaks first: a MySQL greeting is set-up traffic
@@ -194,6 +200,7 @@ func (r *Recorder) OutboundRead(c hook.ConnInfo, p []byte) {
 		cur = &call{oc: oc, tid: trace.CurrentID(), setup: true, start: now}
 		oc.cur = cur
 		r.place(oc, cur)
+		p, oc.early = oc.early, nil // the greeting's bytes read so far
 	case cur == nil:
 		return
 	case oc.proto == protoHTTP:

@@ -50,6 +50,28 @@ func isMySQLGreeting(p []byte) bool {
 	return p[3] == 0 && p[4] == 10 && n > 20 && n < 1024
 }
 
+// mayBeMySQLGreeting reports whether p, the first bytes a server sent, are
+// a MySQL greeting or could be the start of one (a read shorter than the
+// 5 bytes isMySQLGreeting needs: the packet header alone, for instance).
+func mayBeMySQLGreeting(p []byte) bool {
+	if len(p) >= 5 {
+		return isMySQLGreeting(p)
+	}
+	switch len(p) {
+	case 4:
+		if p[3] != 0 {
+			return false
+		}
+		fallthrough
+	case 3:
+		n := int(p[0]) | int(p[1])<<8 | int(p[2])<<16
+		return n > 20 && n < 1024
+	case 2:
+		return p[1] < 1024>>8
+	}
+	return len(p) == 1
+}
+
 // isSetupRedis reports whether every command of a write burst is
 // connection set-up (HELLO, AUTH, SELECT, CLIENT …), as the mock server
 // classifies them. The common case, a first command that is not set-up, is

@@ -394,3 +394,46 @@ func TestBlockedStoreDropsAndNeverBlocksRequests(t *testing.T) {
 	assert.EqualValues(t, 3, stats.Recorded)
 	assert.EqualValues(t, n+1, stats.Recorded+stats.Dropped)
 }
+
+// TestGreetingOverSeveralReads: a server may write the greeting's header
+// and body separately (go-mysql-server does), and the client read them
+// with two reads or more; the connection is MySQL all the same, and the
+// greeting one set-up call.
+func TestGreetingOverSeveralReads(t *testing.T) {
+	greeting := "\x2a\x00\x00\x00\x0a5.5.5-10.11-MariaDB\x00" + strings.Repeat("x", 22)
+	for _, cuts := range [][]int{{4}, {1}, {2}, {3}, {1, 2, 3, 4}, {2, 5}} {
+		t.Run(fmt.Sprint(cuts), func(t *testing.T) {
+			r, out := newTestRecorder(t, 1, -1)
+			prev := 0
+			for _, at := range append(cuts, len(greeting)) {
+				r.OutboundRead(myConn, []byte(greeting[prev:at]))
+				prev = at
+			}
+			r.OutboundWrite(myConn, "", []byte("\x05\x00\x00\x01auth!"))
+			r.OutboundRead(myConn, []byte("\x07\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00"))
+			a := request(t, r, inConn, trace.RequestHead{}, func(tid string) {
+				r.OutboundWrite(myConn, tid, []byte("\x09\x00\x00\x00\x03SELECT 1"))
+				r.OutboundRead(myConn, []byte("\x07\x00\x00\x01\x00\x00\x00\x02\x00\x00\x00"))
+			})
+			settle(t, r)
+			s := out.byID(a)
+			require.Len(t, s.Calls, 3, "%q", reqs(s))
+			for i, c := range s.Calls {
+				assert.Equal(t, "mysql", c.Proto, "call %d", i)
+				assert.Equal(t, i < 2, c.Setup, "call %d", i)
+			}
+			assert.Equal(t, greeting, string(s.Calls[0].Response))
+			assert.Empty(t, s.Calls[0].Request)
+		})
+	}
+}
+
+func TestMayBeMySQLGreeting(t *testing.T) {
+	greeting := []byte("\x2a\x00\x00\x00\x0a5.5.5-10.11-MariaDB\x00" + strings.Repeat("x", 22))
+	for n := 1; n <= len(greeting); n++ {
+		assert.True(t, mayBeMySQLGreeting(greeting[:n]), "%q", greeting[:n])
+	}
+	for _, p := range []string{"", "\x2a\x04", "\x05\x00\x00", "\x2a\x00\x01", "\x2a\x00\x00\x01", "HTTP/1.1 200", "+OK\r\n", "\x2a\x00\x00\x00\x09"} {
+		assert.False(t, mayBeMySQLGreeting([]byte(p)), "%q", p)
+	}
+}

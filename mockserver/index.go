@@ -100,6 +100,10 @@ func (ix *index) add(s *recording.Session) {
 		if d == nil {
 			d = &dstInfo{proto: c.Proto}
 			ix.dsts[c.Dst] = d
+		} else if d.proto == protoRaw && c.Proto != protoRaw {
+			// A protocol the recorder recognised on any connection to dst
+			// outranks "raw" (a connection whose start it did not see).
+			d.proto = c.Proto
 		}
 		if c.Proto == protoMySQL {
 			ix.addMySQL(d, c)

@@ -5,14 +5,15 @@ import (
 
 	"github.com/retrace-dev/retrace/mockserver/mysql"
 	"github.com/retrace-dev/retrace/mockserver/redis"
+	"github.com/retrace-dev/retrace/recording"
 )
 
 // Protocols of recorded calls (DESIGN.md 3.4).
 const (
-	protoHTTP  = "http"
-	protoRedis = "redis"
-	protoMySQL = "mysql"
-	protoRaw   = "raw"
+	protoHTTP  = recording.ProtoHTTP
+	protoRedis = recording.ProtoRedis
+	protoMySQL = recording.ProtoMySQL
+	protoRaw   = recording.ProtoRaw
 )
 
 // detectClient names the protocol of a connection whose client spoke

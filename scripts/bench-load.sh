@@ -101,9 +101,9 @@ done
 wait "$lp" || true
 sent=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["sent"])' "$work/big/shard-0-of-1/results.json")
 echo
-echo "10M-line file (${size} MB): ${sent} requests streamed in ${SECONDS_PER_TOOL}s; RSS per second (MB): ${samples[*]}"
+echo "${BIG_LINES}-line file (${size} MB): ${sent} requests streamed in ${SECONDS_PER_TOOL}s; RSS per second (MB): ${samples[*]}"
 
 log "streaming the whole file through retrace prepare (reader and writer of the format, no network)"
 /usr/bin/time -f '%e %M' -o "$work/prep.time" "$work/retrace" prepare --in "$work/big.jsonl" --out /dev/null 2>"$work/prep.log"
 read -r p_secs p_rss <"$work/prep.time"
-echo "whole 10M-line file through prepare: ${p_secs}s, max RSS $((p_rss / 1024)) MB ($(tail -1 "$work/prep.log"))"
+echo "whole ${BIG_LINES}-line file through prepare: ${p_secs}s, max RSS $((p_rss / 1024)) MB ($(tail -1 "$work/prep.log"))"

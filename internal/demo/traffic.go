@@ -56,12 +56,12 @@ func (s *TrafficStats) APIs() []string {
 	return apis
 }
 
-// API names, as method and path pattern.
+// API names, as recording.APIName groups them (replay and load reports use the same).
 const (
 	APICreateOrder = "POST /orders"
 	APIGetOrder    = "GET /orders/{id}"
 	APIUserOrders  = "GET /users/{id}/orders"
-	APIStock       = "GET /stock/{sku}"
+	APIStock       = "GET /stock/{id}"
 )
 
 // Run sends the traffic and waits for every answer. It returns an error only

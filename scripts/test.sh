@@ -83,8 +83,13 @@ log "go vet"
 go vet ./...
 log "staticcheck"
 staticcheck ./...
-log "cross-build linux/arm64"
-GOOS=linux GOARCH=arm64 go build ./...
+# The agent and what a service links with it must build for arm64 (DESIGN.md
+# section 4: the patch-size guard differs there). The CLI is left out: it
+# links the demo's embedded MySQL server, minutes of compiling for nothing
+# the agent needs.
+log "cross-build linux/arm64 (the agent and a service using it)"
+GOOS=linux GOARCH=arm64 go build ./goid/... ./trace/... ./hook/... ./patches/... ./recording/... \
+	./examples/orders/... ./examples/pricing/...
 
 start_redis
 start_mysql

@@ -198,9 +198,20 @@ func (e *engine) outboundRead(st *connState, c *netConn, b []byte) (int, error) 
 	}
 	n, err := e.l.plainRead(c, b)
 	if n > 0 && e.cfg.Mode == Record {
-		e.recordCall("outbound-read", func() { e.cfg.Recorder.OutboundRead(st.info, b[:n]) })
+		e.recordOutboundRead(st, b[:n])
 	}
 	return n, err
+}
+
+// recordOutboundRead reports an outbound read, recovering its panic (see
+// recordOutboundWrite).
+func (e *engine) recordOutboundRead(st *connState, b []byte) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.recovered("recorder-outbound-read", r)
+		}
+	}()
+	e.cfg.Recorder.OutboundRead(st.info, b)
 }
 
 // sendPreamble writes the len:0 frame naming the original destination,
@@ -238,11 +249,33 @@ func (e *engine) outboundWrite(st *connState, c *netConn, b []byte) (int, error)
 		if len(b) > 0 && record && !st.broken.Load() {
 			tid := trace.CurrentID()
 			if tid != "" || st.setupWrite() {
-				e.recordCall("outbound-write", func() { e.cfg.Recorder.OutboundWrite(st.info, tid, b) })
+				e.recordOutboundWrite(st, tid, b)
 			}
 		}
 		return e.l.plainWrite(c, b)
 	}
+	return e.outboundWriteSplit(st, c, b)
+}
+
+// recordOutboundWrite reports an outbound write, recovering its panic
+// (recordCall without the closure's frame: this runs at the bottom of deep
+// client stacks, where each frame's bytes can make the runtime grow and
+// copy the goroutine's stack).
+func (e *engine) recordOutboundWrite(st *connState, tid string, b []byte) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.recovered("recorder-outbound-write", r)
+		}
+	}()
+	e.cfg.Recorder.OutboundWrite(st.info, tid, b)
+}
+
+// outboundWriteSplit is outboundWrite for a connection whose bytes go
+// through its stream (HTTP, or redirected); kept out of line so that the
+// common case's frame stays small.
+//
+//go:noinline
+func (e *engine) outboundWriteSplit(st *connState, c *netConn, b []byte) (int, error) {
 	st.wmu.Lock()
 	defer st.wmu.Unlock()
 	if st.redirect {

@@ -67,7 +67,20 @@ func (c *call) snapshot(base int64) recording.Call {
 }
 
 func (r *Recorder) outConn(c hook.ConnInfo) *outConn {
-	return r.outConns.getOrPut(c.ID, func() *outConn { return &outConn{id: c.ID, dst: c.Remote} })
+	if oc, ok := r.outConns.get(c.ID); ok {
+		return oc
+	}
+	return r.newOutConn(c.ID, c.Remote)
+}
+
+// newOutConn is outConn's slow path, kept out of line: OutboundWrite runs
+// at the bottom of deep client stacks (a driver's write on a request's
+// child goroutine), and every byte of frame there can make the runtime
+// grow and copy the goroutine's stack.
+//
+//go:noinline
+func (r *Recorder) newOutConn(id uint64, dst string) *outConn {
+	return r.outConns.getOrPut(id, func() *outConn { return &outConn{id: id, dst: dst} })
 }
 
 // OutboundWrite adds request bytes to the connection's current call, or
@@ -104,7 +117,11 @@ func (r *Recorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
 	if tid == "" && oc.proto == protoHTTP && cur != nil && !cur.keep {
 		// an HTTP exchange of no sampled request after another: followed
 		// for its framing only, in the same (unreferenced) call value
-		*cur = call{oc: oc, start: now, end: now, framer: respFramer{head: cur.framer.head[:0]}}
+		// (field by field: a composite literal would be built in a
+		// temporary on the stack, see newOutConn)
+		head := cur.framer.head[:0]
+		*cur = call{}
+		cur.oc, cur.start, cur.end, cur.framer.head = oc, now, now, head
 	} else {
 		cur = &call{oc: oc, tid: tid, start: now, end: now}
 	}

@@ -317,6 +317,11 @@ func (r *Recorder) attach(tid string, cs ...*call) bool {
 	if a.done {
 		return false
 	}
+	if a.calls == nil {
+		// a request usually makes a few calls: one allocation, not a
+		// growth per call
+		a.calls = make([]*call, 0, max(8, len(cs)))
+	}
 	a.calls = append(a.calls, cs...)
 	return true
 }

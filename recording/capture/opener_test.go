@@ -107,47 +107,9 @@ func testPoolOpened(t *testing.T, split bool) {
 	// warm-up: connections opened before any request
 	require.NoError(t, db.PingContext(context.Background()))
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := &http.Server{Handler: &lookup{db: db, table: table}}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		_ = srv.Shutdown(context.Background())
-		<-served
-		db.Close()
-	})
-
+	addr := serveDB(t, &lookup{db: db, table: table}, db)
 	const clients, rounds = 24, 10
-	c := newClient(clients)
-	defer c.CloseIdleConnections()
-	var wg sync.WaitGroup
-	errs := make(chan error, clients*rounds)
-	for range clients {
-		wg.Go(func() {
-			for range rounds {
-				id := newReqID()
-				resp, err := c.Get("http://" + ln.Addr().String() + "/user?id=" + id)
-				if err != nil {
-					errs <- err
-					continue
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 || string(b) != id+" 0" {
-					errs <- fmt.Errorf("request %s: %d %s", id, resp.StatusCode, b)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	lookupUsers(t, addr, clients, rounds)
 	settle(t, rec)
 	require.Positive(t, conn.untraced.Load()-1, "no connection was opened by database/sql's opener: the test shows nothing")
 
@@ -161,7 +123,7 @@ func testPoolOpened(t *testing.T, split bool) {
 	conns := map[int64]*connSeen{}
 	var sessions, notMySQL int
 	require.NoError(t, store.Scan(context.Background(), func(s *recording.Session) error {
-		if s.Inbound.Local != ln.Addr().String() {
+		if s.Inbound.Local != addr {
 			return nil
 		}
 		sessions++

@@ -5,10 +5,7 @@ import (
 	"database/sql"
 	"encoding/binary"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -72,52 +69,14 @@ func TestStmtCloseChargedToItsStatement(t *testing.T) {
 	require.NoError(t, err)
 	db.SetMaxOpenConns(2)
 	db.SetMaxIdleConns(2)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := &http.Server{Handler: &userLookup{db: db, table: table}}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		_ = srv.Shutdown(context.Background())
-		<-served
-		db.Close()
-	})
-
+	addr := serveDB(t, &userLookup{db: db, table: table}, db)
 	const clients, rounds = 32, 8
-	c := newClient(clients)
-	defer c.CloseIdleConnections()
-	var wg sync.WaitGroup
-	errs := make(chan error, clients*rounds)
-	for range clients {
-		wg.Go(func() {
-			for range rounds {
-				id := newReqID()
-				resp, err := c.Get("http://" + ln.Addr().String() + "/user?id=" + id)
-				if err != nil {
-					errs <- err
-					continue
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 || string(b) != id+" 0" {
-					errs <- fmt.Errorf("request %s: %d %s", id, resp.StatusCode, b)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	lookupUsers(t, addr, clients, rounds)
 	settle(t, rec)
 
 	var sessions, closes, foreign int
 	require.NoError(t, store.Scan(context.Background(), func(s *recording.Session) error {
-		if s.Inbound.Local != ln.Addr().String() {
+		if s.Inbound.Local != addr {
 			return nil
 		}
 		sessions++

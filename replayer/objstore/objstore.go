@@ -78,13 +78,9 @@ func OpenFile(ctx context.Context, loc string, stdin io.Reader) (io.ReadCloser, 
 	if !IsURL(loc) {
 		return os.Open(loc)
 	}
-	bu, key, err := split(loc, false)
+	b, key, err := openObject(ctx, loc)
 	if err != nil {
 		return nil, err
-	}
-	b, err := blob.OpenBucket(ctx, bu)
-	if err != nil {
-		return nil, fmt.Errorf("opening bucket of %q: %w", loc, err)
 	}
 	r, err := b.NewReader(ctx, key, nil)
 	if err != nil {
@@ -108,13 +104,9 @@ func CreateFile(ctx context.Context, loc string, stdout io.Writer) (io.WriteClos
 		}
 		return os.Create(loc)
 	}
-	bu, key, err := split(loc, false)
+	b, key, err := openObject(ctx, loc)
 	if err != nil {
 		return nil, err
-	}
-	b, err := blob.OpenBucket(ctx, bu)
-	if err != nil {
-		return nil, fmt.Errorf("opening bucket of %q: %w", loc, err)
 	}
 	w, err := b.NewWriter(ctx, key, nil)
 	if err != nil {
@@ -122,6 +114,20 @@ func CreateFile(ctx context.Context, loc string, stdout io.Writer) (io.WriteClos
 		return nil, fmt.Errorf("creating %q: %w", loc, err)
 	}
 	return &bucketFile{WriteCloser: w, b: b}, nil
+}
+
+// openObject opens the bucket of the object URL loc and returns it with
+// the object's key.
+func openObject(ctx context.Context, loc string) (*blob.Bucket, string, error) {
+	bu, key, err := split(loc, false)
+	if err != nil {
+		return nil, "", err
+	}
+	b, err := blob.OpenBucket(ctx, bu)
+	if err != nil {
+		return nil, "", fmt.Errorf("opening bucket of %q: %w", loc, err)
+	}
+	return b, key, nil
 }
 
 // bucketFile closes its bucket with the object.

@@ -20,6 +20,12 @@ const (
 	DefaultMaxPayload    = 1 << 20
 )
 
+// drainInterval is how often the writer takes what is queued when fewer
+// than a batch of sessions wait. Submit wakes it only for a full batch, so
+// a busy service does not pay a goroutine wake-up (and, with idle Ps, a
+// thread wake-up) per recorded request.
+const drainInterval = 20 * time.Millisecond
+
 // PipelineConfig configures a Pipeline.
 type PipelineConfig struct {
 	// Store receives the sessions; the pipeline owns it and closes it in
@@ -66,6 +72,7 @@ type Stats struct {
 type Pipeline struct {
 	cfg      PipelineConfig
 	queue    chan *Session
+	kick     chan struct{} // a full batch waits
 	flushes  chan chan error
 	stop     chan struct{} // closed by Close: write what is queued, then end
 	abandon  chan struct{} // closed by Close when its ctx ends: drop what is queued
@@ -100,6 +107,7 @@ func NewPipeline(cfg PipelineConfig) (*Pipeline, error) {
 	p := &Pipeline{
 		cfg:     cfg,
 		queue:   make(chan *Session, cfg.QueueSize),
+		kick:    make(chan struct{}, 1),
 		flushes: make(chan chan error),
 		stop:    make(chan struct{}),
 		abandon: make(chan struct{}),
@@ -129,6 +137,12 @@ func (p *Pipeline) Submit(s *Session) bool {
 	}
 	select {
 	case p.queue <- s:
+		if len(p.queue) >= p.cfg.BatchSize {
+			select {
+			case p.kick <- struct{}{}:
+			default:
+			}
+		}
 		return true
 	default:
 		p.dropped.Add(1)
@@ -194,15 +208,22 @@ type pipelineWriter struct {
 func (w *pipelineWriter) run() {
 	p := w.p
 	defer close(p.done)
-	tick := time.NewTicker(p.cfg.FlushInterval)
+	// The writer does not wait on the queue itself: a receiver waiting on
+	// it would be woken by every Submit. It drains the queue when kicked
+	// (a batch is waiting) and every drainInterval, and flushes what it
+	// wrote every FlushInterval.
+	tick := time.NewTicker(min(drainInterval, p.cfg.FlushInterval))
 	defer tick.Stop()
+	lastFlush := time.Now()
 	for {
 		select {
-		case s := <-p.queue:
-			w.collect(s)
-		case <-tick.C:
-			if w.dirty {
+		case <-p.kick:
+			w.drain()
+		case now := <-tick.C:
+			w.drain()
+			if w.dirty && now.Sub(lastFlush) >= p.cfg.FlushInterval {
 				_ = w.flush()
+				lastFlush = now
 			}
 		case reply := <-p.flushes:
 			w.drain()

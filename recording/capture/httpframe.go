@@ -50,7 +50,16 @@ func (f *respFramer) feed(p []byte) bool {
 		case stDone, stUntilClose, stBroken:
 			return f.state == stDone
 		case stHead:
-			i := bytes.Index(p, []byte("\n"))
+			if len(f.head) == 0 {
+				// the common case: the whole head in one piece, parsed
+				// where it lies
+				if end := headEnd(p); end > 0 {
+					f.endHead(p[:end])
+					p = p[end:]
+					continue
+				}
+			}
+			i := bytes.IndexByte(p, '\n')
 			if i < 0 {
 				f.head = append(f.head, p...)
 				p = nil
@@ -67,7 +76,9 @@ func (f *respFramer) feed(p []byte) bool {
 				}
 				continue
 			}
-			f.endHead()
+			head := f.head
+			f.head = f.head[:0]
+			f.endHead(head)
 		case stBody:
 			n := min(int64(len(p)), f.remaining)
 			f.remaining -= n
@@ -120,11 +131,22 @@ func (f *respFramer) feed(p []byte) bool {
 	return f.state == stDone
 }
 
-// endHead decides how the body of the response whose head is in f.head is
+// headEnd returns the length of the head at the start of p — up to and
+// including the first empty line — or 0 when p does not hold all of it.
+func headEnd(p []byte) int {
+	end := 0
+	if i := bytes.Index(p, []byte("\n\r\n")); i >= 0 {
+		end = i + 3
+	}
+	if i := bytes.Index(p, []byte("\n\n")); i >= 0 && (end == 0 || i+2 < end) {
+		end = i + 2
+	}
+	return end
+}
+
+// endHead decides how the body of the response whose head is head is
 // framed (RFC 9112 section 6.3). It does not allocate.
-func (f *respFramer) endHead() {
-	head := f.head
-	f.head = f.head[:0]
+func (f *respFramer) endHead(head []byte) {
 	if len(bytes.TrimSpace(head)) == 0 {
 		return // stray CRLF between messages
 	}

@@ -20,6 +20,7 @@ type outConn struct {
 	dst string
 
 	mu      sync.Mutex // guards what follows and the payloads of its calls
+	arena   arena      // the bytes of its calls' payloads
 	proto   string     // "" until the first bytes tell
 	wrote   bool       // a write has been reported
 	cur     *call      // the call that reads belong to
@@ -106,7 +107,7 @@ func (r *Recorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
 	// an HTTP request that got "100 Continue" sends its body.
 	if cur != nil && cur.tid == tid && (cur.resp.n == 0 || oc.proto == protoHTTP && cur.framer.awaitingFinal()) {
 		if cur.keep {
-			cur.req.add(p, r.max)
+			cur.req.add(p, r.max, &oc.arena)
 		}
 		if oc.proto == protoMySQL {
 			cur.prepare = endsWithPrepare(p)
@@ -114,17 +115,15 @@ func (r *Recorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
 		cur.end = now
 		return
 	}
-	if tid == "" && oc.proto == protoHTTP && cur != nil && !cur.keep {
-		// an HTTP exchange of no sampled request after another: followed
-		// for its framing only, in the same (unreferenced) call value
-		// (field by field: a composite literal would be built in a
-		// temporary on the stack, see newOutConn)
-		head := cur.framer.head[:0]
-		*cur = call{}
-		cur.oc, cur.start, cur.end, cur.framer.head = oc, now, now, head
-	} else {
-		cur = &call{oc: oc, tid: tid, start: now, end: now}
+	if tid == "" && oc.proto == protoHTTP {
+		// an HTTP exchange of no sampled request: not followed. Its answer
+		// is read before the connection's next request is written (HTTP/1
+		// clients do not pipeline), so reads until then are dropped.
+		oc.cur = nil
+		oc.early = oc.early[:0]
+		return
 	}
+	cur = &call{oc: oc, tid: tid, start: now, end: now}
 	oc.cur = cur
 	switch oc.proto {
 	case protoRedis:
@@ -136,13 +135,19 @@ func (r *Recorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
 	case protoHTTP:
 		cur.framer.noBody = bytes.HasPrefix(p, []byte("HEAD "))
 	}
-	r.place(oc, cur)
+	var a *active
+	if tid != "" {
+		// looked up here rather than in place: the deepest frame on this
+		// path is what makes the runtime grow a client's stack
+		a, _ = r.sessions.get(tid)
+	}
+	place(oc, cur, a)
 	if cur.keep {
-		cur.req.add(p, r.max)
+		cur.req.add(p, r.max, &oc.arena)
 	}
 	if len(oc.early) > 0 {
 		if oc.proto == protoHTTP {
-			cur.resp.add(oc.early, r.maxFor(cur))
+			cur.resp.add(oc.early, r.maxFor(cur), &oc.arena)
 			cur.framer.feed(oc.early)
 		}
 		oc.early = oc.early[:0]
@@ -158,17 +163,15 @@ func (r *Recorder) maxFor(c *call) int {
 
 // place decides where a new call goes (called with oc.mu held): set-up
 // calls stay with the connection until its first session takes them; other
-// calls go to their trace's session, taking the connection's set-up calls
-// with them the first time.
-func (r *Recorder) place(oc *outConn, c *call) {
-	if c.tid != "" {
-		if r.attach(c.tid, append(oc.pending, c)...) {
-			c.keep = true
-			if len(oc.pending) > 0 || c.setup {
-				oc.owned, oc.pending = true, nil
-			}
-			return
+// calls go to their trace's session a (nil: none in progress), taking the
+// connection's set-up calls with them the first time.
+func place(oc *outConn, c *call, a *active) {
+	if a != nil && a.attach(oc.pending, c) {
+		c.keep = true
+		if len(oc.pending) > 0 || c.setup {
+			oc.owned, oc.pending = true, nil
 		}
+		return
 	}
 	if c.setup && !oc.owned {
 		c.keep = true
@@ -216,7 +219,11 @@ func (r *Recorder) OutboundRead(c hook.ConnInfo, p []byte) {
 		oc.proto = protoMySQL
 		cur = &call{oc: oc, tid: trace.CurrentID(), setup: true, start: now}
 		oc.cur = cur
-		r.place(oc, cur)
+		var a *active
+		if cur.tid != "" {
+			a, _ = r.sessions.get(cur.tid)
+		}
+		place(oc, cur, a)
 		p, oc.early = oc.early, nil // the greeting's bytes read so far
 	case cur == nil:
 		return
@@ -239,7 +246,7 @@ func (r *Recorder) OutboundRead(c hook.ConnInfo, p []byte) {
 			oc.notePrepared(cur, p)
 		}
 	}
-	cur.resp.add(p, r.maxFor(cur))
+	cur.resp.add(p, r.maxFor(cur), &oc.arena)
 	cur.end = now
 }
 

@@ -124,16 +124,15 @@ type payload struct {
 	truncated bool
 }
 
-func (p *payload) add(b []byte, max int) {
+func (p *payload) add(b []byte, limit int, ar *arena) {
 	p.n += int64(len(b))
-	if max >= 0 && len(p.b)+len(b) > max {
-		if room := max - len(p.b); room > 0 {
-			p.b = append(p.b, b[:room]...)
-		}
+	if limit >= 0 && len(p.b)+len(b) > limit {
+		b = b[:max(0, limit-len(p.b))]
 		p.truncated = true
-		return
 	}
-	p.b = append(p.b, b...)
+	if len(b) > 0 {
+		ar.add(p, b)
+	}
 }
 
 // view returns the bytes kept so far; later adds never change them.
@@ -153,6 +152,7 @@ type active struct {
 	local, remote string
 
 	mu     sync.Mutex // guards what follows
+	arena  arena      // the bytes of req and resp
 	req    payload
 	resp   payload
 	framer respFramer
@@ -199,7 +199,7 @@ func (r *Recorder) InboundRead(c hook.ConnInfo, tid string, p []byte) {
 	}
 	a.mu.Lock()
 	if !a.done {
-		a.req.add(p, r.max)
+		a.req.add(p, r.max, &a.arena)
 	}
 	a.mu.Unlock()
 }
@@ -214,7 +214,7 @@ func (r *Recorder) InboundWrite(c hook.ConnInfo, tid string, p []byte) {
 	a.mu.Lock()
 	complete := false
 	if !a.done {
-		a.resp.add(p, r.max)
+		a.resp.add(p, r.max, &a.arena)
 		complete = a.framer.feed(p)
 	}
 	a.mu.Unlock()
@@ -306,12 +306,9 @@ func (r *Recorder) finish(a *active) {
 	r.pipe.Submit(s)
 }
 
-// attach adds c to the session of tid, if that session is in progress.
-func (r *Recorder) attach(tid string, cs ...*call) bool {
-	a, ok := r.sessions.get(tid)
-	if !ok {
-		return false
-	}
+// attach adds the set-up calls pending, then c, to the session, unless it
+// has ended.
+func (a *active) attach(pending []*call, c *call) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.done {
@@ -320,8 +317,8 @@ func (r *Recorder) attach(tid string, cs ...*call) bool {
 	if a.calls == nil {
 		// a request usually makes a few calls: one allocation, not a
 		// growth per call
-		a.calls = make([]*call, 0, max(8, len(cs)))
+		a.calls = make([]*call, 0, max(8, len(pending)+1))
 	}
-	a.calls = append(a.calls, cs...)
+	a.calls = append(append(a.calls, pending...), c)
 	return true
 }

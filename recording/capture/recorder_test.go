@@ -295,6 +295,28 @@ func TestUnsampledHTTPCallsDoNotAllocate(t *testing.T) {
 	}))
 }
 
+// TestUnsampledHTTPBetweenSampled: an exchange of no sampled request on a
+// keep-alive connection between two sampled ones is in neither session.
+func TestUnsampledHTTPBetweenSampled(t *testing.T) {
+	r, out := newTestRecorder(t, 1, -1)
+	a := request(t, r, inConn, trace.RequestHead{}, func(tid string) {
+		r.OutboundWrite(htConn, tid, []byte("GET /1 HTTP/1.1\r\n\r\n"))
+		r.OutboundRead(htConn, []byte("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1"))
+	})
+	// a request the agent did not trace uses the connection
+	r.OutboundWrite(htConn, "", []byte("POST /x HTTP/1.1\r\nContent-Length: 1\r\n\r\n"))
+	r.OutboundWrite(htConn, "", []byte("x"))
+	r.OutboundRead(htConn, []byte("HTTP/1.1 200 OK\r\nContent-"))
+	r.OutboundRead(htConn, []byte("Length: 1\r\n\r\nx"))
+	b := request(t, r, inConn, trace.RequestHead{}, func(tid string) {
+		r.OutboundWrite(htConn, tid, []byte("GET /2 HTTP/1.1\r\n\r\n"))
+		r.OutboundRead(htConn, []byte("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n2"))
+	})
+	settle(t, r)
+	assert.Equal(t, []string{`http "GET /1 HTTP/1.1\r\n\r\n" → "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1"`}, reqs(out.byID(a)))
+	assert.Equal(t, []string{`http "GET /2 HTTP/1.1\r\n\r\n" → "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n2"`}, reqs(out.byID(b)))
+}
+
 func BenchmarkUnsampledRequest(b *testing.B) {
 	smp, _ := recording.NewSampler(0)
 	pipe, _ := recording.NewPipeline(recording.PipelineConfig{Store: &sink{}, Sampler: smp})

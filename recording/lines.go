@@ -1,7 +1,6 @@
 package recording
 
 import (
-	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -9,57 +8,9 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/retrace-dev/retrace/internal/lines"
 )
-
-// lineReader yields the lines of a JSONL stream one at a time, with a cap on
-// the length of a line, so that memory stays bounded however large the file
-// (bufio.Scanner would fail at 64 KiB; an unbounded ReadBytes would let one
-// corrupt line without newlines eat the heap).
-type lineReader struct {
-	r       *bufio.Reader
-	max     int
-	buf     []byte
-	line    int
-	tooLong bool // the last line returned was cut at max
-}
-
-func newLineReader(r io.Reader, max int) *lineReader {
-	return &lineReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
-}
-
-// next returns the next line without its newline; the slice is valid until
-// the following call. At the end it returns io.EOF.
-func (l *lineReader) next() ([]byte, error) {
-	l.buf = l.buf[:0]
-	l.tooLong = false
-	for {
-		chunk, err := l.r.ReadSlice('\n')
-		if len(l.buf)+len(chunk) > l.max {
-			l.tooLong = true
-			keep := l.max - len(l.buf)
-			if keep > 0 {
-				l.buf = append(l.buf, chunk[:keep]...)
-			}
-		} else {
-			l.buf = append(l.buf, chunk...)
-		}
-		switch {
-		case err == nil:
-			l.line++
-			return bytes.TrimRight(l.buf, "\r\n"), nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF):
-			if len(l.buf) == 0 && !l.tooLong {
-				return nil, io.EOF
-			}
-			l.line++
-			return bytes.TrimRight(l.buf, "\r\n"), nil
-		default:
-			return nil, err
-		}
-	}
-}
 
 // scanStream decodes every line of r (gzip when name ends in .gz) and calls
 // fn; lines that do not decode are reported and counted. An error of fn is
@@ -76,12 +27,12 @@ func scanStream(ctx context.Context, name string, r io.Reader, o *options, skipp
 		defer zr.Close()
 		r = zr
 	}
-	lr := newLineReader(r, o.maxLine)
+	lr := lines.NewReader(r, 64<<10, o.maxLine)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		line, err := lr.next()
+		line, tooLong, err := lr.Next()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
@@ -92,11 +43,11 @@ func scanStream(ctx context.Context, name string, r io.Reader, o *options, skipp
 				// rest is not there to read. Not worth a report.
 				return nil
 			}
-			return fmt.Errorf("recording: %s: after line %d: %w", name, lr.line, err)
+			return fmt.Errorf("recording: %s: after line %d: %w", name, lr.Line(), err)
 		}
-		if lr.tooLong {
+		if tooLong {
 			skipped.n.Add(1)
-			o.onError(&BadLineError{Source: name, Line: lr.line, Err: fmt.Errorf("line longer than %d bytes", o.maxLine)})
+			o.onError(&BadLineError{Source: name, Line: lr.Line(), Err: fmt.Errorf("line longer than %d bytes", o.maxLine)})
 			continue
 		}
 		if len(bytes.TrimSpace(line)) == 0 {
@@ -105,7 +56,7 @@ func scanStream(ctx context.Context, name string, r io.Reader, o *options, skipp
 		s, err := Unmarshal(line)
 		if err != nil {
 			skipped.n.Add(1)
-			o.onError(&BadLineError{Source: name, Line: lr.line, Err: err})
+			o.onError(&BadLineError{Source: name, Line: lr.Line(), Err: err})
 			continue
 		}
 		if err := fn(s); err != nil {

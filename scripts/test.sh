@@ -16,19 +16,37 @@ export PATH="$(go env GOPATH)/bin:$PATH"
 
 log() { printf '==> %s\n' "$*"; }
 
-install_missing() {
+# Debian packages install in the background while the linters compile: on
+# a fresh machine the download and the compiler then overlap.
+install_packages() {
 	local need=()
 	command -v redis-server >/dev/null || need+=(redis-server)
 	command -v mariadbd >/dev/null || need+=(mariadb-server)
 	command -v chromium >/dev/null || need+=(chromium)
 	command -v curl >/dev/null || need+=(curl) # the README walkthrough (e2e) uses it
-	if [ ${#need[@]} -gt 0 ]; then
-		log "installing ${need[*]}"
-		local sudo=""
-		[ "$(id -u)" = 0 ] || sudo=sudo
-		$sudo apt-get update -qq
-		$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+	[ ${#need[@]} -gt 0 ] || return 0
+	log "installing ${need[*]} (in the background, log in $work/apt.log)"
+	local sudo=""
+	[ "$(id -u)" = 0 ] || sudo=sudo
+	(
+		$sudo apt-get update -qq &&
+			$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+	) >"$work/apt.log" 2>&1 &
+	apt_pid=$!
+}
+
+wait_packages() {
+	[ -n "${apt_pid:-}" ] || return 0
+	log "waiting for the package installs"
+	if ! wait "$apt_pid"; then
+		cat "$work/apt.log"
+		echo "installing packages failed"
+		exit 1
 	fi
+	apt_pid=""
+}
+
+install_staticcheck() {
 	if ! command -v staticcheck >/dev/null; then
 		log "installing staticcheck"
 		go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -75,7 +93,8 @@ start_mysql() {
 	export RETRACE_TEST_MYSQL="retrace:retrace@tcp(127.0.0.1:$MYSQL_PORT)/retrace_test?parseTime=true"
 }
 
-install_missing
+install_packages
+install_staticcheck
 log "gofmt"
 bad=$(gofmt -l $(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))
 [ -z "$bad" ] || { echo "gofmt would change: $bad"; exit 1; }
@@ -91,6 +110,7 @@ log "cross-build linux/arm64 (the agent and a service using it)"
 GOOS=linux GOARCH=arm64 go build ./goid/... ./trace/... ./hook/... ./patches/... ./recording/... \
 	./examples/orders/... ./examples/pricing/...
 
+wait_packages
 start_redis
 start_mysql
 export RETRACE_TEST_CHROMIUM=$(command -v chromium)

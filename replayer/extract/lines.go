@@ -1,7 +1,6 @@
 package extract
 
 import (
-	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -10,6 +9,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/retrace-dev/retrace/internal/lines"
 	"github.com/retrace-dev/retrace/replayer/load"
 )
 
@@ -40,20 +40,20 @@ func (l *Lines) Scan(ctx context.Context, fn func(*load.Request) error, bad func
 		defer zr.Close()
 		r = zr
 	}
-	br := bufio.NewReaderSize(r, 256<<10)
-	var buf []byte
-	for lineNo := 1; ; lineNo++ {
-		if lineNo%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		line, tooLong, err := readLine(br, &buf)
+	lr := lines.NewReader(r, 256<<10, MaxLine)
+	for {
+		line, tooLong, err := lr.Next()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", l.Name, err)
+		}
+		lineNo := lr.Line()
+		if lineNo%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 		}
 		if tooLong {
 			bad(BadLine{l.Name, lineNo, fmt.Errorf("line longer than %d bytes", MaxLine)})
@@ -73,31 +73,6 @@ func (l *Lines) Scan(ctx context.Context, fn func(*load.Request) error, bad func
 		}
 		if err := fn(req); err != nil {
 			return err
-		}
-	}
-}
-
-func readLine(br *bufio.Reader, buf *[]byte) (line []byte, tooLong bool, err error) {
-	*buf = (*buf)[:0]
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if len(*buf)+len(chunk) > MaxLine {
-			tooLong = true
-		} else {
-			*buf = append(*buf, chunk...)
-		}
-		switch {
-		case err == nil:
-			return bytes.TrimRight(*buf, "\r\n"), tooLong, nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF):
-			if len(*buf) == 0 && !tooLong {
-				return nil, false, io.EOF
-			}
-			return bytes.TrimRight(*buf, "\r\n"), tooLong, nil
-		default:
-			return nil, false, err
 		}
 	}
 }

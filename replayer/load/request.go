@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/retrace-dev/retrace/internal/lines"
 	"github.com/retrace-dev/retrace/recording"
 )
 
@@ -259,31 +260,31 @@ const MaxLine = 64 << 20
 // files of any length are read in constant memory.
 type Reader struct {
 	name string
-	br   *bufio.Reader
-	buf  []byte
-	line int
+	lr   *lines.Reader
 }
 
 // NewReader returns a Reader of r; name is used in error messages.
 func NewReader(r io.Reader, name string) *Reader {
-	return &Reader{name: name, br: bufio.NewReaderSize(r, 256<<10)}
+	return &Reader{name: name, lr: lines.NewReader(r, 256<<10, MaxLine)}
 }
 
 // Line is the 1-based number of the line read last.
-func (d *Reader) Line() int { return d.line }
+func (d *Reader) Line() int { return d.lr.Line() }
 
 // Next decodes the next request into r. It returns io.EOF at the end, and
 // a *LineError for a line that does not decode (the caller may go on
 // reading); blank lines are skipped.
 func (d *Reader) Next(r *Request) error {
 	for {
-		line, tooLong, err := d.readLine()
-		if err != nil {
+		line, tooLong, err := d.lr.Next()
+		if errors.Is(err, io.EOF) {
 			return err
 		}
-		d.line++
+		if err != nil {
+			return fmt.Errorf("%s: %w", d.name, err)
+		}
 		if tooLong {
-			return &LineError{d.name, d.line, fmt.Errorf("line longer than %d bytes", MaxLine)}
+			return &LineError{d.name, d.Line(), fmt.Errorf("line longer than %d bytes", MaxLine)}
 		}
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
@@ -292,37 +293,12 @@ func (d *Reader) Next(r *Request) error {
 		// the line once instead of twice.
 		var w wireRequest
 		if err := json.Unmarshal(line, &w); err != nil {
-			return &LineError{d.name, d.line, err}
+			return &LineError{d.name, d.Line(), err}
 		}
 		if err := r.fromWire(&w); err != nil {
-			return &LineError{d.name, d.line, err}
+			return &LineError{d.name, d.Line(), err}
 		}
 		return nil
-	}
-}
-
-func (d *Reader) readLine() (line []byte, tooLong bool, err error) {
-	d.buf = d.buf[:0]
-	for {
-		chunk, err := d.br.ReadSlice('\n')
-		if len(d.buf)+len(chunk) > MaxLine {
-			tooLong = true
-		} else {
-			d.buf = append(d.buf, chunk...)
-		}
-		switch {
-		case err == nil:
-			return d.buf, tooLong, nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF):
-			if len(d.buf) == 0 && !tooLong {
-				return nil, false, io.EOF
-			}
-			return d.buf, tooLong, nil
-		default:
-			return nil, false, fmt.Errorf("%s: %w", d.name, err)
-		}
 	}
 }
 

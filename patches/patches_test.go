@@ -3,7 +3,6 @@ package patches
 import (
 	"context"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -101,7 +101,7 @@ func TestInitFromEnvironment(t *testing.T) {
 		return
 	}
 	run := func(kv ...string) (stdout, stderr string) {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestInitFromEnvironment$", "-test.count=1")
+		cmd := testenv.SelfCommand("-test.run=^TestInitFromEnvironment$", "-test.count=1")
 		cmd.Env = append(os.Environ(), append([]string{"RETRACE_PATCHES_CHILD=1"}, kv...)...)
 		var out, errb strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &errb

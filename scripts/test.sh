@@ -24,6 +24,10 @@ install_packages() {
 	command -v mariadbd >/dev/null || need+=(mariadb-server)
 	command -v chromium >/dev/null || need+=(chromium)
 	command -v curl >/dev/null || need+=(curl) # the README walkthrough (e2e) uses it
+	if [ "$(uname -m)" = x86_64 ]; then
+		# runs the agent's tests built for arm64
+		command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
+	fi
 	[ ${#need[@]} -gt 0 ] || return 0
 	log "installing ${need[*]} (in the background, log in $work/apt.log)"
 	local sudo=""
@@ -121,4 +125,19 @@ pkgs=("$@")
 [ ${#pkgs[@]} -gt 0 ] || pkgs=(./...)
 log "go test -race ${pkgs[*]}"
 go test -race -count=1 -timeout 10m "${pkgs[@]}"
+
+# The agent patches machine code, and arm64 has its own jump encoding and
+# size guard: its tests also run built for arm64, under qemu's user-mode
+# emulation (which handles code that rewrites itself), against the same
+# redis-server and mariadb.
+if [ $# -eq 0 ] && [ "$(uname -m)" = x86_64 ]; then
+	log "agent tests for linux/arm64 under qemu-aarch64-static"
+	mkdir -p "$work/arm64"
+	for p in goid trace hook patches recording/capture; do
+		bin="$work/arm64/${p//\//_}.test"
+		GOOS=linux GOARCH=arm64 go test -c -o "$bin" "./$p/"
+		(cd "$p" && RETRACE_TEST_EXEC=qemu-aarch64-static qemu-aarch64-static "$bin" -test.count=1 -test.timeout=5m) |
+			sed "s|^|$p (arm64): |"
+	done
+fi
 log "all tests passed"

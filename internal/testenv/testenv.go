@@ -8,6 +8,7 @@ package testenv
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 )
 
@@ -16,6 +17,10 @@ const (
 	RedisEnv    = "RETRACE_TEST_REDIS"    // host:port of a scratch redis-server
 	MySQLEnv    = "RETRACE_TEST_MYSQL"    // go-sql-driver DSN of a scratch MariaDB database
 	ChromiumEnv = "RETRACE_TEST_CHROMIUM" // path of a headless-capable Chromium
+	// ExecEnv names a program that runs the test binary when a test starts
+	// it again as a child: an emulator such as qemu-aarch64-static when
+	// the tests of another architecture run under it.
+	ExecEnv = "RETRACE_TEST_EXEC"
 )
 
 func need(t testing.TB, env, what string) string {
@@ -39,3 +44,12 @@ func MySQLDSN(t testing.TB) string { return need(t, MySQLEnv, "mariadb") }
 
 // Chromium returns the path of the Chromium binary for headless checks.
 func Chromium(t testing.TB) string { return need(t, ChromiumEnv, "chromium") }
+
+// SelfCommand returns the command that runs this test binary again with
+// args (through the ExecEnv program when it is set).
+func SelfCommand(args ...string) *exec.Cmd {
+	if w := os.Getenv(ExecEnv); w != "" {
+		return exec.Command(w, append([]string{os.Args[0]}, args...)...)
+	}
+	return exec.Command(os.Args[0], args...)
+}

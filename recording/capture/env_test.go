@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -91,7 +90,7 @@ func runEcho() int {
 // the rest of its output.
 func startChild(tb testing.TB, kind string, env ...string) (addr string, stop func() string) {
 	tb.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd := testenv.SelfCommand("-test.run=^$")
 	cmd.Env = append(append(os.Environ(), childEnv+"="+kind), env...)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(tb, err)

@@ -14,8 +14,9 @@ const (
 	DefaultQueueSize = 4096
 	DefaultBatchSize = 256
 	// DefaultFlushInterval is short so a service stopped without
-	// patches.Stop (a plain SIGTERM) loses at most the last 100ms of
-	// sessions; a flush is one write call, and only when something was written.
+	// patches.Stop (a plain SIGTERM) loses at most about the last 120ms of
+	// sessions (the interval, plus up to one drainInterval); a flush is one
+	// write call, and only when something was written.
 	DefaultFlushInterval = 100 * time.Millisecond
 	DefaultMaxPayload    = 1 << 20
 )
@@ -208,14 +209,36 @@ type pipelineWriter struct {
 func (w *pipelineWriter) run() {
 	p := w.p
 	defer close(p.done)
-	// The writer does not wait on the queue itself: a receiver waiting on
-	// it would be woken by every Submit. It drains the queue when kicked
-	// (a batch is waiting) and every drainInterval, and flushes what it
-	// wrote every FlushInterval.
-	tick := time.NewTicker(min(drainInterval, p.cfg.FlushInterval))
+	// While sessions arrive the writer does not wait on the queue itself:
+	// a receiver waiting on it would be woken by every Submit. It drains
+	// the queue when kicked (a batch is waiting) and every drainInterval,
+	// and flushes what it wrote every FlushInterval. With nothing queued
+	// and nothing to flush it waits on the queue with no timer running,
+	// so an idle service pays no wake-ups, and the first session wakes it.
+	interval := min(drainInterval, p.cfg.FlushInterval)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	lastFlush := time.Now()
 	for {
+		if !w.dirty && len(p.queue) == 0 {
+			tick.Stop()
+			select {
+			case s := <-p.queue:
+				w.collect(s)
+			case <-p.kick:
+				w.drain()
+			case reply := <-p.flushes:
+				w.drain()
+				reply <- w.flush()
+				continue
+			case <-p.stop:
+				w.drain()
+				_ = w.flush()
+				return
+			}
+			tick.Reset(interval)
+			continue
+		}
 		select {
 		case <-p.kick:
 			w.drain()

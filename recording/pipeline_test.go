@@ -16,13 +16,14 @@ import (
 // memWriter is a Writer that keeps sessions in memory; when gate is set,
 // every Write first signals entered and then waits for gate.
 type memWriter struct {
-	mu      sync.Mutex
-	got     []*Session
-	flushes int
-	closed  bool
-	entered chan struct{}
-	gate    chan struct{}
-	fail    error
+	mu       sync.Mutex
+	got      []*Session
+	flushes  int
+	flushedN int // sessions written before the last flush
+	closed   bool
+	entered  chan struct{}
+	gate     chan struct{}
+	fail     error
 }
 
 func (w *memWriter) Write(ctx context.Context, ss []*Session) error {
@@ -43,6 +44,7 @@ func (w *memWriter) Flush(context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.flushes++
+	w.flushedN = len(w.got)
 	return nil
 }
 
@@ -142,6 +144,28 @@ func TestPipelineFlushesPeriodically(t *testing.T) {
 		defer w.mu.Unlock()
 		return w.flushes > 0 && len(w.got) == 1
 	}, 10*time.Second, time.Millisecond)
+}
+
+// TestPipelineWakesFromIdle: a writer that went idle (nothing queued,
+// nothing to flush, no timer running) still writes and flushes the next
+// session promptly.
+func TestPipelineWakesFromIdle(t *testing.T) {
+	w := &memWriter{}
+	p, err := NewPipeline(PipelineConfig{Store: w, Sampler: all(t), FlushInterval: 5 * time.Millisecond})
+	require.NoError(t, err)
+	defer p.Close(context.Background())
+	flushedAll := func(n int) func() bool {
+		return func() bool {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return len(w.got) == n && w.flushes > 0 && w.flushedN == n
+		}
+	}
+	for i := range 3 {
+		p.Submit(sampleSession(fmt.Sprint(i)))
+		require.Eventually(t, flushedAll(i+1), 10*time.Second, time.Millisecond)
+		time.Sleep(30 * time.Millisecond) // idle again
+	}
 }
 
 func TestPipelineCloseGivesUp(t *testing.T) {

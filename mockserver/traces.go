@@ -31,6 +31,7 @@ type traceState struct {
 	cursor  map[string]map[string]int
 	calls   []ObservedCall
 	dropped int
+	reqBuf  []byte // chunk the observed requests' bytes are copied into
 
 	// Causal order (see conn.awaitSent): seen marks the recorded calls a
 	// live request matched, or that a wait gave up on; every entry of
@@ -165,8 +166,24 @@ func (ts *traceState) observe(oc ObservedCall, limit int) {
 		return
 	}
 	oc.Seq = len(ts.calls) + ts.dropped
-	oc.Request = append([]byte(nil), oc.Request...)
+	oc.Request = ts.keep(oc.Request)
 	ts.calls = append(ts.calls, oc)
+}
+
+// keep returns a copy of b carved from a chunk shared by the trace's
+// observations (one allocation per few kilobytes of requests, not one per
+// request); the caller holds ts.mu.
+func (ts *traceState) keep(b []byte) []byte {
+	const chunk = 4 << 10
+	if len(b) > chunk/4 {
+		return append([]byte(nil), b...)
+	}
+	if len(ts.reqBuf)+len(b) > cap(ts.reqBuf) {
+		ts.reqBuf = make([]byte, 0, chunk)
+	}
+	start := len(ts.reqBuf)
+	ts.reqBuf = append(ts.reqBuf, b...)
+	return ts.reqBuf[start:len(ts.reqBuf):len(ts.reqBuf)]
 }
 
 // report builds the TraceReport of ts.

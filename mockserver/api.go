@@ -53,6 +53,10 @@ type ObservedCall struct {
 	Synthesized bool `json:"synthesized,omitempty"`
 	// Proxied marks a request sent to the real destination.
 	Proxied bool `json:"proxied,omitempty"`
+	// Statement is, for a MySQL command on a prepared statement (execute,
+	// close, …), the SQL the statement was prepared with on that
+	// connection; the statement id in Request is the mock server's own.
+	Statement string `json:"statement,omitempty"`
 }
 
 // MissingMock is a request no recorded call answered: what a user reads to

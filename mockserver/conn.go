@@ -252,7 +252,7 @@ func (c *conn) answer(r *request) (closeAfter bool) {
 	if tid != "" {
 		ts = s.trace(c.ctx, tid)
 	}
-	oc := ObservedCall{Proto: proto, Dst: c.dst, Setup: r.setup, Request: r.raw, Matched: -1}
+	oc := ObservedCall{Proto: proto, Dst: c.dst, Setup: r.setup, Request: r.raw, Matched: -1, Statement: r.stmt}
 	var out []byte
 	reason := ""
 	switch {

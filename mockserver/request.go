@@ -36,6 +36,7 @@ type request struct {
 	noReply bool     // the protocol sends nothing back (COM_STMT_CLOSE)
 	method  string   // HTTP method, for proxying
 	owner   string   // trace the request belongs to when not its writer's (MySQL COM_STMT_CLOSE)
+	stmt    string   // MySQL statement command: the SQL the statement was prepared with, when known
 }
 
 // httpRequest computes the features of one complete HTTP request.
@@ -93,7 +94,9 @@ func mysqlRequest(msg, payload []byte, stmtSQL func(uint32) (string, bool)) requ
 		verb := map[byte]string{mysql.ComStmtExecute: "EXECUTE ", mysql.ComStmtClose: "CLOSE ",
 			mysql.ComStmtSendLongData: "LONG DATA ", mysql.ComStmtReset: "RESET "}[payload[0]]
 		q, ok := stmtSQL(id)
-		if !ok {
+		if ok {
+			r.stmt = q
+		} else {
 			q = fmt.Sprintf("#%d", id)
 		}
 		norm, _ := mysql.NormalizeSQL(q)

@@ -94,6 +94,9 @@ func TestMySQLCloseChargedToItsStatement(t *testing.T) {
 				if c.Matched < 0 {
 					t.Errorf("trace %s: close not matched: %s", tid, c.Error)
 				}
+				if c.Statement != "SELECT v FROM t WHERE id = ?" {
+					t.Errorf("trace %s: the close's statement is reported as %q", tid, c.Statement)
+				}
 				n++
 			}
 		}

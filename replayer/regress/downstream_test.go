@@ -215,3 +215,49 @@ func TestMySQLStatementsKnownByTheirMatch(t *testing.T) {
 		t.Errorf("findings\n%v\nwant\n%s", got, want)
 	}
 }
+
+// TestMySQLAbandonedStatement: the recorded request was cancelled between
+// a prepare's answer and its execute (an errgroup sibling failed), so the
+// recording holds the prepare and no execute; a replay that gets to the
+// execute first is not a change. An execute of a statement the recording
+// never prepared still is.
+func TestMySQLAbandonedStatement(t *testing.T) {
+	const db = "10.0.0.8:3306"
+	const sel, ins = "SELECT a FROM t WHERE id = ?", "INSERT INTO o VALUES (?)"
+	sess := &recording.Session{ID: "s", Calls: []recording.Call{
+		{Seq: 0, Proto: "mysql", Dst: db, Request: []byte(mysqlPkt(0x16, sel)), Response: prepareOK(5)},
+		{Seq: 1, Proto: "mysql", Dst: db, Request: []byte(execOne(5, "k1"))},
+		{Seq: 2, Proto: "mysql", Dst: db, Request: []byte(mysqlPkt(0x16, ins)), Response: prepareOK(6)},
+		{Seq: 3, Proto: "mysql", Dst: db, Request: []byte(mysqlPkt(0x19, stmt(6)))},
+	}}
+	obs := func(seq, matched int, req, statement string) mockserver.ObservedCall {
+		return mockserver.ObservedCall{Seq: seq, Matched: matched, Proto: "mysql", Dst: db, Request: []byte(req), Statement: statement}
+	}
+	findings := func(calls ...mockserver.ObservedCall) string {
+		fs, _ := downstream(nil, "POST /o", sess, &mockserver.TraceReport{Calls: calls})
+		var got []string
+		for _, f := range fs {
+			got = append(got, fmt.Sprintf("%s %s %s→%s", f.Label(), f.Kind, f.Want, f.Got))
+		}
+		return fmt.Sprint(got)
+	}
+	// the mock server numbers statements its own way (1 and 2)
+	if got := findings(
+		obs(0, 0, mysqlPkt(0x16, sel), ""),
+		obs(1, 1, execOne(1, "k1"), sel),
+		obs(2, 2, mysqlPkt(0x16, ins), ""),
+		obs(3, -1, execOne(2, "v1"), ins), // no recorded answer: the recording never got there
+		obs(4, 3, mysqlPkt(0x19, stmt(2)), ins),
+	); got != "[]" {
+		t.Errorf("execute of the abandoned statement reported: %s", got)
+	}
+	if got, want := findings(
+		obs(0, 0, mysqlPkt(0x16, sel), ""),
+		obs(1, 1, execOne(1, "k1"), sel),
+		obs(2, -1, execOne(1, "k1"), sel), // executed twice, recorded once
+		obs(3, 2, mysqlPkt(0x16, ins), ""),
+		obs(4, 3, mysqlPkt(0x19, stmt(2)), ins),
+	), `[downstream #2 mysql 10.0.0.8:3306: call added →execute SELECT a FROM t WHERE id = ?]`; got != want {
+		t.Errorf("findings\n%s\nwant\n%s", got, want)
+	}
+}

@@ -22,7 +22,10 @@ import (
 // nothing, and the statement's executes are compared on their own (a
 // changed statement shows as a changed "sql" when it pairs, or as executes
 // added or never sent).
-const comStmtPrepare = 0x16
+const (
+	comStmtPrepare = 0x16
+	comStmtExecute = 0x17
+)
 
 // mysqlCmd is one command with where it came from.
 type mysqlCmd struct {
@@ -31,6 +34,9 @@ type mysqlCmd struct {
 	ref   *CallRef // the call that carried it
 	used  bool
 	setup bool // connection set-up: paired when it can be, never reported
+	// stmtSQL is the SQL a replayed statement command's statement was
+	// prepared with (ObservedCall.Statement), when the mock server said.
+	stmtSQL string
 }
 
 // mysqlFindings compares the MySQL traffic of one destination.
@@ -70,13 +76,19 @@ func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep
 		}
 		ref := &CallRef{Seq: oc.Seq, Matched: oc.Matched, Proto: oc.Proto, Dst: oc.Dst, Summary: summarize(oc.Proto, oc.Request)}
 		for _, m := range cmds {
-			obs = append(obs, &mysqlCmd{MySQLCommand: m, ref: ref, setup: oc.Setup})
+			mc := &mysqlCmd{MySQLCommand: m, ref: ref, setup: oc.Setup}
+			if m.Stmt && len(cmds) == 1 && oc.Statement != "" {
+				mc.stmtSQL = oc.Statement // the statement's SQL, as the mock server knew it
+			}
+			obs = append(obs, mc)
 		}
 	}
 	key := func(m *mysqlCmd) string {
 		switch {
 		case m.SQL != "" || m.Cmd == 0x03 || m.Cmd == 0x16:
 			return strconv.Itoa(int(m.Cmd)) + ":" + m.SQL
+		case m.Stmt && m.stmtSQL != "":
+			return strconv.Itoa(int(m.Cmd)) + ":" + m.stmtSQL
 		case m.Stmt:
 			if q, ok := stmtSQL[m.StmtID]; ok {
 				return strconv.Itoa(int(m.Cmd)) + ":" + q
@@ -115,8 +127,34 @@ func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep
 		}
 		details = append(details, CallDetail{CallRef: *o.ref, Recorded: r.Packet, Replayed: o.Packet, Diffs: ds})
 	}
-	// Pass 1: same key. Pass 2: the rest in order, by command byte.
+	// Statements the recorded request prepared and never executed: it was
+	// cancelled (an errgroup sibling failed) between the prepare's answer
+	// and the execute. A replay that gets to the execute first is timing,
+	// not a change: such an execute is not reported as added.
+	abandoned := map[string]bool{}
+	for _, r := range rec {
+		if r.Cmd == comStmtPrepare {
+			abandoned[strconv.Itoa(comStmtExecute)+":"+r.SQL] = true
+		}
+	}
+	for _, r := range rec {
+		if r.Cmd == comStmtExecute {
+			delete(abandoned, r.key)
+		}
+	}
+	skipAbandoned := func() {
+		for _, o := range obs {
+			if !o.used && o.Cmd == comStmtExecute && abandoned[o.key] {
+				o.used = true
+			}
+		}
+	}
+	// Pass 1: same key. Pass 2: the rest in order, by command byte, once
+	// the executes of abandoned statements are set aside.
 	for pass := 0; pass < 2; pass++ {
+		if pass == 1 {
+			skipAbandoned()
+		}
 		for _, o := range obs {
 			if o.used {
 				continue

@@ -131,3 +131,12 @@ func BenchmarkFeed(b *testing.B) {
 		b.Fatalf("parser not idle after a whole request (len %d)", len(typicalRequest))
 	}
 }
+
+func BenchmarkNewID(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if len(NewID()) != 32 {
+			b.Fatal("bad id")
+		}
+	}
+}

@@ -321,9 +321,11 @@ func (e *engine) newState(fd unsafe.Pointer) *connState {
 		st.info.Remote = ra.String()
 	}
 	if !st.inbound && tcp && e.cfg.Mode == Replay {
-		if dst, ok := e.connects.take(l.fdSysfd(fd)); ok {
-			st.redirect, st.dst = true, dst
-			st.info.Remote = dst
+		if sysfd, open := l.fdSysfd(fd); open {
+			if dst, ok := e.connects.take(sysfd); ok {
+				st.redirect, st.dst = true, dst
+				st.info.Remote = dst
+			}
 		}
 	}
 	if st.inbound {

@@ -42,8 +42,8 @@ var layout = sync.OnceValues(findNetLayout)
 func findNetLayout() (*netLayout, error) {
 	l := &netLayout{}
 	tcp := reflect.TypeFor[net.TCPConn]()
-	if tcp.NumField() < 1 || tcp.Field(0).Name != "conn" || !tcp.Field(0).Anonymous {
-		return nil, fmt.Errorf("%w: net.TCPConn does not embed net.conn", ErrUnsupported)
+	if tcp.NumField() != 1 || tcp.Field(0).Name != "conn" || !tcp.Field(0).Anonymous {
+		return nil, fmt.Errorf("%w: net.TCPConn is not struct{ conn }", ErrUnsupported)
 	}
 	conn := tcp.Field(0).Type
 	if conn.Kind() != reflect.Struct || conn.NumField() != 1 || conn.Field(0).Name != "fd" ||
@@ -150,8 +150,26 @@ func checkName(t target) error {
 	return nil
 }
 
-// Accessors of netFD fields; fd is a *net.netFD.
-func (l *netLayout) fdSysfd(fd unsafe.Pointer) int { return *(*int)(unsafe.Add(fd, l.sysfd)) }
+// fdSysfd returns the file descriptor of fd (a *net.netFD), or false when
+// it is closed. It reads it through net's own RawConn.Control, which holds
+// a reference on the descriptor: a Close on another goroutine may be
+// clearing it at the same moment.
+func (l *netLayout) fdSysfd(fd unsafe.Pointer) (int, bool) {
+	p := fd
+	// a *net.TCPConn is a pointer to struct{ conn{ fd *netFD } } (checked
+	// in findNetLayout), so &p is one, whatever the socket's kind
+	rc, err := (*net.TCPConn)(unsafe.Pointer(&p)).SyscallConn()
+	if err != nil {
+		return -1, false
+	}
+	sysfd := -1
+	if err := rc.Control(func(s uintptr) { sysfd = int(s) }); err != nil {
+		return -1, false
+	}
+	return sysfd, true
+}
+
+// Accessors of netFD fields set when it is made; fd is a *net.netFD.
 func (l *netLayout) fdStream(fd unsafe.Pointer) bool {
 	return *(*int)(unsafe.Add(fd, l.sotype)) == syscall.SOCK_STREAM
 }

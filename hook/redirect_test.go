@@ -78,3 +78,37 @@ func TestRedirectRules(t *testing.T) {
 		string(trace.AppendFrame(nil, "rtv6", v6, []byte("from ipv6\n")))
 	require.Equal(t, want, string(<-atMock))
 }
+
+// TestFirstReadRacesClose: a connection's first Read (which looks up where
+// it was redirected) and a Close on another goroutine, as net/http's
+// readLoop and an idle-pool close do; run with -race.
+func TestFirstReadRacesClose(t *testing.T) {
+	sink := func() string { // accepts and drains connections, keeps nothing
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() { _, _ = io.Copy(io.Discard, c); c.Close() }()
+			}
+		}()
+		return ln.Addr().String()
+	}
+	mock, other := sink(), sink()
+	install(t, hook.Config{Mode: hook.Replay, MockAddr: mock, Logger: discardLogger()})
+	for range 200 {
+		c, err := net.Dial("tcp", other)
+		require.NoError(t, err)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = c.Read(make([]byte, 1))
+		}()
+		require.NoError(t, c.Close())
+		<-done
+	}
+}

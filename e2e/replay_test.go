@@ -263,6 +263,7 @@ func TestRecordReplayLoad(t *testing.T) {
 	ls := analyze.Summarize(run)
 	if ls.Total.Count != recordRequests || ls.Total.Errors != 0 {
 		t.Errorf("load total: %d requests, %d errors; want %d and 0", ls.Total.Count, ls.Total.Errors, recordRequests)
+		logErrors(t, resDir)
 	}
 	gotAPI := map[string]int64{}
 	for _, e := range ls.APIs {
@@ -344,4 +345,31 @@ func labels(fs []regress.Finding) string {
 func firstLine(b []byte) string {
 	l, _, _ := strings.Cut(string(b), "\r\n")
 	return l
+}
+
+// logErrors logs the first failed requests of a load run's shards, so a
+// failure says what the service answered.
+func logErrors(t *testing.T, dir string) {
+	files, _ := filepath.Glob(filepath.Join(dir, "*", load.ErrorsFile))
+	more, _ := filepath.Glob(filepath.Join(dir, load.ErrorsFile))
+	n := 0
+	for _, name := range append(files, more...) {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if n++; n > 5 {
+				return
+			}
+			t.Logf("%s: %s", name, cut(line, 600))
+		}
+	}
+}
+
+func cut(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
 }

@@ -170,8 +170,10 @@ func (r *Recorder) StartRequest(c hook.ConnInfo, head trace.RequestHead) string 
 		r.overflow.Add(1)
 		return ""
 	}
-	a := &active{at: time.Now(), conn: c.ID, local: c.Local, remote: c.Remote}
-	a.start = r.now()
+	// one reading of the clock for both: At + a call's StartNs must place
+	// the call on the wall clock even if the goroutine is preempted here
+	now := time.Now()
+	a := &active{at: now, start: int64(now.Sub(r.base)), conn: c.ID, local: c.Local, remote: c.Remote}
 	a.framer.noBody = head.Method == "HEAD"
 	a.id = head.TraceParent
 	if a.id == "" || !r.sessions.putNew(a.id, a) {

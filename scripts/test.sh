@@ -14,7 +14,7 @@ MYSQL_PORT=${MYSQL_PORT:-13306}
 work=$(mktemp -d /tmp/retrace-test.XXXXXX)
 export PATH="$(go env GOPATH)/bin:$PATH"
 
-log() { printf '==> %s\n' "$*"; }
+log() { printf '==> %s (at %ds)\n' "$*" "$SECONDS"; }
 
 # Debian packages install in the background while the linters compile: on
 # a fresh machine the download and the compiler then overlap.

@@ -12,15 +12,15 @@ import (
 
 // benchServer accepts connections and either discards what they send
 // (sink) or sends zeros until they close (source).
-func benchServer(b *testing.B, source bool) string {
+func benchServer(tb testing.TB, source bool) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var conns []net.Conn
-	b.Cleanup(func() {
+	tb.Cleanup(func() {
 		ln.Close()
 		mu.Lock()
 		for _, c := range conns {

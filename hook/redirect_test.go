@@ -83,22 +83,7 @@ func TestRedirectRules(t *testing.T) {
 // it was redirected) and a Close on another goroutine, as net/http's
 // readLoop and an idle-pool close do; run with -race.
 func TestFirstReadRacesClose(t *testing.T) {
-	sink := func() string { // accepts and drains connections, keeps nothing
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() { _, _ = io.Copy(io.Discard, c); c.Close() }()
-			}
-		}()
-		return ln.Addr().String()
-	}
-	mock, other := sink(), sink()
+	mock, other := benchServer(t, false), benchServer(t, false)
 	install(t, hook.Config{Mode: hook.Replay, MockAddr: mock, Logger: discardLogger()})
 	for range 200 {
 		c, err := net.Dial("tcp", other)

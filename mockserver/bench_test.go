@@ -122,40 +122,57 @@ func plainServer(b *testing.B, reqs, resps [][]byte) (addr string, stop func()) 
 	}
 }
 
-// BenchmarkMockVsPlain answers b.N Redis GETs over 64 connections (one
-// trace each) from the mock server, and the same number from a plain Go
-// server writing the same bytes, in the same run.
-func BenchmarkMockVsPlain(b *testing.B) {
+// servers is the mock server and a plain Go server answering the same
+// Redis GETs, one recorded trace per connection, and how to talk to each.
+type servers struct {
+	dialPlain, dialMock func(i int) net.Conn
+	plainReq, mockReq   func(i int) []byte // the i-th connection's request, framed for the mock
+	respLen             func(i int) int
+}
+
+// benchServers starts both servers for benchConns connections; the traces
+// are named prefix-0, prefix-1, …
+func benchServers(b *testing.B, prefix string) *servers {
 	var sessions []*recording.Session
 	var reqs, resps [][]byte
 	for i := range benchConns {
 		req, resp := benchCall(i)
 		reqs, resps = append(reqs, req), append(resps, resp)
-		sessions = append(sessions, &recording.Session{V: 1, ID: fmt.Sprintf("bench-%d", i), Calls: []recording.Call{
+		sessions = append(sessions, &recording.Session{V: 1, ID: fmt.Sprintf("%s-%d", prefix, i), Calls: []recording.Call{
 			{Seq: 0, Proto: "redis", Dst: "10.0.0.7:6379", Request: req, Response: resp}}})
 	}
 	srv := mocktest.NewServer(b, mockserver.Config{Strategies: []mockserver.Strategy{"first"}, MaxObserved: 1000}, sessions...)
 	paddr, stop := plainServer(b, reqs, resps)
-	defer stop()
-	respLen := func(i int) int { return len(resps[i]) }
-	dialPlain := func(int) net.Conn {
-		c, err := net.Dial("tcp", paddr)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return c
+	b.Cleanup(stop)
+	return &servers{
+		dialPlain: func(int) net.Conn {
+			c, err := net.Dial("tcp", paddr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return c
+		},
+		dialMock: func(i int) net.Conn {
+			d := &mocktest.Dialer{Mock: srv.Addr(), TID: fmt.Sprintf("%s-%d", prefix, i)}
+			c, err := d.DialContext(context.Background(), "tcp", "10.0.0.7:6379")
+			if err != nil {
+				b.Fatal(err)
+			}
+			return c.(*mocktest.Conn).Conn // write pre-framed requests directly
+		},
+		plainReq: func(i int) []byte { return reqs[i] },
+		mockReq: func(i int) []byte {
+			return trace.AppendFrame(nil, fmt.Sprintf("%s-%d", prefix, i), "10.0.0.7:6379", reqs[i])
+		},
+		respLen: func(i int) int { return len(resps[i]) },
 	}
-	dialMock := func(i int) net.Conn {
-		d := &mocktest.Dialer{Mock: srv.Addr(), TID: fmt.Sprintf("bench-%d", i)}
-		c, err := d.DialContext(context.Background(), "tcp", "10.0.0.7:6379")
-		if err != nil {
-			b.Fatal(err)
-		}
-		return c.(*mocktest.Conn).Conn // write pre-framed requests directly
-	}
-	framed := func(i int) []byte {
-		return trace.AppendFrame(nil, fmt.Sprintf("bench-%d", i), "10.0.0.7:6379", reqs[i])
-	}
+}
+
+// BenchmarkMockVsPlain answers b.N Redis GETs over 64 connections (one
+// trace each) from the mock server, and the same number from a plain Go
+// server writing the same bytes, in the same run.
+func BenchmarkMockVsPlain(b *testing.B) {
+	sv := benchServers(b, "bench")
 	// Alternate the two servers in rounds so a noisy machine hurts both alike.
 	const rounds = 4
 	var plainT, mockT time.Duration
@@ -163,10 +180,10 @@ func BenchmarkMockVsPlain(b *testing.B) {
 	mockH := hdrhistogram.New(1, int64(time.Second), 3)
 	b.ResetTimer()
 	for range rounds {
-		el, h := drive(b, benchConns, b.N/rounds+1, dialPlain, func(i int) []byte { return reqs[i] }, respLen)
+		el, h := drive(b, benchConns, b.N/rounds+1, sv.dialPlain, sv.plainReq, sv.respLen)
 		plainT += el
 		plainH.Merge(h)
-		el, h = drive(b, benchConns, b.N/rounds+1, dialMock, framed, respLen)
+		el, h = drive(b, benchConns, b.N/rounds+1, sv.dialMock, sv.mockReq, sv.respLen)
 		mockT += el
 		mockH.Merge(h)
 	}
@@ -175,8 +192,8 @@ func BenchmarkMockVsPlain(b *testing.B) {
 	b.StopTimer()
 	// The same exchange on one connection: latency without queueing behind
 	// 63 other connections on a small machine.
-	_, plain1 := drive(b, 1, 2000, dialPlain, func(i int) []byte { return reqs[i] }, respLen)
-	_, mock1 := drive(b, 1, 2000, dialMock, framed, respLen)
+	_, plain1 := drive(b, 1, 2000, sv.dialPlain, sv.plainReq, sv.respLen)
+	_, mock1 := drive(b, 1, 2000, sv.dialMock, sv.mockReq, sv.respLen)
 	b.ReportMetric(float64(plain1.ValueAtQuantile(99))/1e3, "plain-p99-1conn-µs")
 	b.ReportMetric(float64(mock1.ValueAtQuantile(99))/1e3, "mock-p99-1conn-µs")
 	b.ReportMetric(plainRate, "plain-req/s")
@@ -286,47 +303,17 @@ func paced(b *testing.B, dial func(i int) net.Conn, payload func(i int) []byte, 
 // should have been sent, so it also holds the client's own timer wake-up
 // (hundreds of microseconds on a small VM), late sends included.
 func BenchmarkLatencyAtRate(b *testing.B) {
-	var sessions []*recording.Session
-	var reqs, resps [][]byte
-	for i := range benchConns {
-		req, resp := benchCall(i)
-		reqs, resps = append(reqs, req), append(resps, resp)
-		sessions = append(sessions, &recording.Session{V: 1, ID: fmt.Sprintf("rate-%d", i), Calls: []recording.Call{
-			{Seq: 0, Proto: "redis", Dst: "10.0.0.7:6379", Request: req, Response: resp}}})
-	}
-	srv := mocktest.NewServer(b, mockserver.Config{Strategies: []mockserver.Strategy{"first"}, MaxObserved: 1000}, sessions...)
-	paddr, stop := plainServer(b, reqs, resps)
-	defer stop()
-	respLen := func(i int) int { return len(resps[i]) }
-	dialPlain := func(int) net.Conn {
-		c, err := net.Dial("tcp", paddr)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return c
-	}
-	dialMock := func(i int) net.Conn {
-		d := &mocktest.Dialer{Mock: srv.Addr(), TID: fmt.Sprintf("rate-%d", i)}
-		c, err := d.DialContext(context.Background(), "tcp", "10.0.0.7:6379")
-		if err != nil {
-			b.Fatal(err)
-		}
-		return c.(*mocktest.Conn).Conn
-	}
-	plainReq := func(i int) []byte { return reqs[i] }
-	mockReq := func(i int) []byte {
-		return trace.AppendFrame(nil, fmt.Sprintf("rate-%d", i), "10.0.0.7:6379", reqs[i])
-	}
+	sv := benchServers(b, "rate")
 	for _, rate := range []int{5000, 20000, 40000} {
 		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
 			interval := time.Duration(benchConns) * time.Second / time.Duration(rate)
 			hist := func() *hdrhistogram.Histogram { return hdrhistogram.New(1, int64(10*time.Second), 3) }
 			pi, ps, mi, ms := hist(), hist(), hist(), hist()
 			for range b.N {
-				i, s := paced(b, dialPlain, plainReq, respLen, interval, time.Second)
+				i, s := paced(b, sv.dialPlain, sv.plainReq, sv.respLen, interval, time.Second)
 				pi.Merge(i)
 				ps.Merge(s)
-				i, s = paced(b, dialMock, mockReq, respLen, interval, time.Second)
+				i, s = paced(b, sv.dialMock, sv.mockReq, sv.respLen, interval, time.Second)
 				mi.Merge(i)
 				ms.Merge(s)
 			}

@@ -218,28 +218,25 @@ func (w *pipelineWriter) run() {
 	interval := min(drainInterval, p.cfg.FlushInterval)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	ticking := true
 	lastFlush := time.Now()
 	for {
-		if !w.dirty && len(p.queue) == 0 {
-			tick.Stop()
-			select {
-			case s := <-p.queue:
-				w.collect(s)
-			case <-p.kick:
-				w.drain()
-			case reply := <-p.flushes:
-				w.drain()
-				reply <- w.flush()
-				continue
-			case <-p.stop:
-				w.drain()
-				_ = w.flush()
-				return
+		idle := !w.dirty && len(p.queue) == 0
+		if idle == ticking {
+			if idle {
+				tick.Stop()
+			} else {
+				tick.Reset(interval)
 			}
-			tick.Reset(interval)
-			continue
+			ticking = !idle
+		}
+		var idleQueue <-chan *Session // the queue, waited on only when idle
+		if idle {
+			idleQueue = p.queue
 		}
 		select {
+		case s := <-idleQueue:
+			w.collect(s)
 		case <-p.kick:
 			w.drain()
 		case now := <-tick.C:

@@ -18,10 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retrace-dev/retrace/hook"
 	"github.com/retrace-dev/retrace/internal/testenv"
 	"github.com/retrace-dev/retrace/recording"
-	"github.com/retrace-dev/retrace/recording/capture"
 	"github.com/retrace-dev/retrace/trace"
 )
 
@@ -84,18 +82,7 @@ func testPoolOpened(t *testing.T, split bool) {
 	// right after authentication, on the goroutine that opens the
 	// connection
 	cfg.Params = map[string]string{"time_zone": "'+00:00'"}
-	store, err := recording.NewDirStore(t.TempDir())
-	require.NoError(t, err)
-	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: *sampler(t, 1), QueueSize: 1 << 14})
-	require.NoError(t, err)
-	rec, err := capture.New(capture.Config{Pipeline: pipe, App: "opener"})
-	require.NoError(t, err)
-	undo, err := hook.Install(hook.Config{Mode: hook.Record, Recorder: rec})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		undo()
-		require.NoError(t, rec.Close(context.Background()))
-	})
+	rec, store := installRecorder(t, "opener", *sampler(t, 1))
 
 	mc, err := mysql.NewConnector(cfg)
 	require.NoError(t, err)

@@ -135,13 +135,9 @@ func (r *Recorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
 	case protoHTTP:
 		cur.framer.noBody = bytes.HasPrefix(p, []byte("HEAD "))
 	}
-	var a *active
-	if tid != "" {
-		// looked up here rather than in place: the deepest frame on this
-		// path is what makes the runtime grow a client's stack
-		a, _ = r.sessions.get(tid)
-	}
-	place(oc, cur, a)
+	// the session is looked up here rather than in place: the deepest frame
+	// on this path is what makes the runtime grow a client's stack
+	place(oc, cur, r.session(tid))
 	if cur.keep {
 		cur.req.add(p, r.max, &oc.arena)
 	}
@@ -219,11 +215,7 @@ func (r *Recorder) OutboundRead(c hook.ConnInfo, p []byte) {
 		oc.proto = protoMySQL
 		cur = &call{oc: oc, tid: trace.CurrentID(), setup: true, start: now}
 		oc.cur = cur
-		var a *active
-		if cur.tid != "" {
-			a, _ = r.sessions.get(cur.tid)
-		}
-		place(oc, cur, a)
+		place(oc, cur, r.session(cur.tid))
 		p, oc.early = oc.early, nil // the greeting's bytes read so far
 	case cur == nil:
 		return

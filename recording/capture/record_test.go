@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -171,13 +172,7 @@ func BenchmarkFanOut(b *testing.B) {
 		rate float64
 	}{{"off", -1}, {"record=100%", 1}, {"record=1%", 0.01}} {
 		b.Run(mode.name, func(b *testing.B) {
-			var smp *recording.Sampler
-			if mode.rate >= 0 {
-				smp = sampler(b, mode.rate)
-			}
-			w := startWorld(b, smp)
-			c := newClient(16)
-			defer c.CloseIdleConnections()
+			w, c := startMode(b, mode.rate)
 			var n atomic.Int64
 			for range 200 { // warm the pools, the table and the store
 				if err := get(c, w.addr, fmt.Sprintf("rq%016x", n.Add(1))); err != nil {
@@ -228,13 +223,7 @@ func BenchmarkFanOutRatio(b *testing.B) {
 		for k := range modes {
 			mode := modes[(r+k)%len(modes)]
 			b.Run(fmt.Sprintf("round=%d/%s", r, mode.name), func(b *testing.B) {
-				var smp *recording.Sampler
-				if mode.rate >= 0 {
-					smp = sampler(b, mode.rate)
-				}
-				w := startWorld(b, smp)
-				c := newClient(16)
-				defer c.CloseIdleConnections()
+				w, c := startMode(b, mode.rate)
 				var n atomic.Int64
 				send := func(total int) time.Duration {
 					start := time.Now()
@@ -295,6 +284,19 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// startMode starts the fan-out world with the agent off (rate < 0) or
+// recording at rate, and a client of 16 connections closed at the end.
+func startMode(b *testing.B, rate float64) (*world, *http.Client) {
+	var smp *recording.Sampler
+	if rate >= 0 {
+		smp = sampler(b, rate)
+	}
+	w := startWorld(b, smp)
+	c := newClient(16)
+	b.Cleanup(c.CloseIdleConnections)
+	return w, c
 }
 
 // processCPU returns the user and system CPU time this process has used

@@ -193,6 +193,15 @@ func (r *Recorder) StartRequest(c hook.ConnInfo, head trace.RequestHead) string 
 	return a.id
 }
 
+// session returns the session of tid in progress, or nil.
+func (r *Recorder) session(tid string) *active {
+	if tid == "" {
+		return nil
+	}
+	a, _ := r.sessions.get(tid)
+	return a
+}
+
 // InboundRead adds request bytes to the session.
 func (r *Recorder) InboundRead(c hook.ConnInfo, tid string, p []byte) {
 	a, ok := r.sessions.get(tid)

@@ -111,19 +111,7 @@ func startWorld(tb testing.TB, sampler *recording.Sampler) *world {
 
 	w := &world{}
 	if sampler != nil {
-		store, err := recording.NewDirStore(tb.TempDir())
-		require.NoError(tb, err)
-		pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: *sampler, QueueSize: 1 << 14})
-		require.NoError(tb, err)
-		rec, err := capture.New(capture.Config{Pipeline: pipe, App: "fanout"})
-		require.NoError(tb, err)
-		undo, err := hook.Install(hook.Config{Mode: hook.Record, Recorder: rec})
-		require.NoError(tb, err)
-		tb.Cleanup(func() {
-			undo()
-			require.NoError(tb, rec.Close(context.Background()))
-		})
-		w.rec, w.store = rec, store
+		w.rec, w.store = installRecorder(tb, "fanout", *sampler)
 	}
 
 	downAddr, _ := startChild(tb, "echo")
@@ -155,6 +143,26 @@ func startWorld(tb testing.TB, sampler *recording.Sampler) *world {
 	})
 	w.addr, w.svc = ln.Addr().String(), svc
 	return w
+}
+
+// installRecorder installs the agent in record mode with a Recorder writing
+// app's sessions to a directory store; the test's cleanup uninstalls it and
+// closes the Recorder.
+func installRecorder(tb testing.TB, app string, sampler recording.Sampler) (*capture.Recorder, *recording.DirStore) {
+	tb.Helper()
+	store, err := recording.NewDirStore(tb.TempDir())
+	require.NoError(tb, err)
+	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: sampler, QueueSize: 1 << 14})
+	require.NoError(tb, err)
+	rec, err := capture.New(capture.Config{Pipeline: pipe, App: app})
+	require.NoError(tb, err)
+	undo, err := hook.Install(hook.Config{Mode: hook.Record, Recorder: rec})
+	require.NoError(tb, err)
+	tb.Cleanup(func() {
+		undo()
+		require.NoError(tb, rec.Close(context.Background()))
+	})
+	return rec, store
 }
 
 // createTable makes a table of its own in the test database (before the

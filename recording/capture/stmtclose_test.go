@@ -11,10 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retrace-dev/retrace/hook"
 	"github.com/retrace-dev/retrace/internal/testenv"
 	"github.com/retrace-dev/retrace/recording"
-	"github.com/retrace-dev/retrace/recording/capture"
 )
 
 // userLookup serves each request as the orders example's user lookup
@@ -52,18 +50,7 @@ func (u *userLookup) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestStmtCloseChargedToItsStatement(t *testing.T) {
 	dsn := testenv.MySQLDSN(t)
 	table := createTable(t, dsn)
-	store, err := recording.NewDirStore(t.TempDir())
-	require.NoError(t, err)
-	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: *sampler(t, 1), QueueSize: 1 << 14})
-	require.NoError(t, err)
-	rec, err := capture.New(capture.Config{Pipeline: pipe, App: "stmtclose"})
-	require.NoError(t, err)
-	undo, err := hook.Install(hook.Config{Mode: hook.Record, Recorder: rec})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		undo()
-		require.NoError(t, rec.Close(context.Background()))
-	})
+	rec, store := installRecorder(t, "stmtclose", *sampler(t, 1))
 
 	db, err := sql.Open("mysql", dsn)
 	require.NoError(t, err)

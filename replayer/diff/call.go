@@ -201,28 +201,39 @@ type mysqlCommand struct {
 	rest    []byte // the payload after the command byte (and statement id)
 }
 
-// parseMySQLPackets parses a payload of whole client command packets and
-// leaves out COM_STMT_CLOSE and COM_QUIT: they only end a statement or a
-// connection, and when a driver sends them depends on its pool, not on
-// the request.
-func parseMySQLPackets(b []byte) ([]*mysqlCommand, bool) {
-	var out []*mysqlCommand
+// mysqlPackets calls fn with each whole client command packet of b
+// (header included) and its parsed command, leaving out COM_STMT_CLOSE and
+// COM_QUIT: they only end a statement or a connection, and when a driver
+// sends them depends on its pool, not on the request. It reports false
+// when b is not whole packets.
+func mysqlPackets(b []byte, fn func(pkt []byte, m *mysqlCommand)) bool {
 	for len(b) > 0 {
 		if len(b) < mysqlHeaderBytes+1 {
-			return nil, false
+			return false
 		}
 		n := int(b[0]) | int(b[1])<<8 | int(b[2])<<16
 		if n == 0 || n+mysqlHeaderBytes > len(b) {
-			return nil, false
+			return false
 		}
-		m, ok := parseMySQL(b[mysqlHeaderBytes : mysqlHeaderBytes+n])
+		pkt := b[:mysqlHeaderBytes+n]
+		m, ok := parseMySQL(pkt[mysqlHeaderBytes:])
 		if !ok {
-			return nil, false
+			return false
 		}
 		if m.cmd != comStmtClose && m.cmd != comQuit {
-			out = append(out, m)
+			fn(pkt, m)
 		}
 		b = b[mysqlHeaderBytes+n:]
+	}
+	return true
+}
+
+// parseMySQLPackets parses a payload of whole client command packets (see
+// mysqlPackets).
+func parseMySQLPackets(b []byte) ([]*mysqlCommand, bool) {
+	var out []*mysqlCommand
+	if !mysqlPackets(b, func(_ []byte, m *mysqlCommand) { out = append(out, m) }) {
+		return nil, false
 	}
 	return out, true
 }
@@ -525,23 +536,11 @@ type MySQLCommand struct {
 // leaving out COM_STMT_CLOSE and COM_QUIT (see Insignificant). ok is false
 // when the payload is not whole packets.
 func MySQLCommands(b []byte) (cmds []MySQLCommand, ok bool) {
-	for len(b) > 0 {
-		if len(b) < mysqlHeaderBytes+1 {
-			return nil, false
-		}
-		n := int(b[0]) | int(b[1])<<8 | int(b[2])<<16
-		if n == 0 || n+mysqlHeaderBytes > len(b) {
-			return nil, false
-		}
-		pkt := b[:mysqlHeaderBytes+n]
-		m, ok := parseMySQL(pkt[mysqlHeaderBytes:])
-		if !ok {
-			return nil, false
-		}
-		if m.cmd != comStmtClose && m.cmd != comQuit {
-			cmds = append(cmds, MySQLCommand{Cmd: m.cmd, SQL: m.sql, StmtID: m.stmtID, Stmt: m.hasStmt, Packet: pkt})
-		}
-		b = b[mysqlHeaderBytes+n:]
+	ok = mysqlPackets(b, func(pkt []byte, m *mysqlCommand) {
+		cmds = append(cmds, MySQLCommand{Cmd: m.cmd, SQL: m.sql, StmtID: m.stmtID, Stmt: m.hasStmt, Packet: pkt})
+	})
+	if !ok {
+		return nil, false
 	}
 	return cmds, true
 }

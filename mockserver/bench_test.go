@@ -54,11 +54,7 @@ func drive(b *testing.B, conns, n int, dial func(i int) net.Conn, payload func(i
 			<-begin
 			for next.Add(1) <= int64(n) {
 				t0 := time.Now()
-				if _, err := conn.Write(out); err != nil {
-					b.Error(err)
-					return
-				}
-				if _, err := io.ReadFull(br, buf); err != nil {
+				if err := exchange(conn, br, out, buf); err != nil {
 					b.Error(err)
 					return
 				}
@@ -75,6 +71,15 @@ func drive(b *testing.B, conns, n int, dial func(i int) net.Conn, payload func(i
 		all.Merge(h)
 	}
 	return el, all
+}
+
+// exchange writes one request and reads its whole answer.
+func exchange(conn net.Conn, br *bufio.Reader, out, buf []byte) error {
+	if _, err := conn.Write(out); err != nil {
+		return err
+	}
+	_, err := io.ReadFull(br, buf)
+	return err
 }
 
 // plainServer answers every request of reqLen bytes with resp: the
@@ -272,11 +277,7 @@ func paced(b *testing.B, dial func(i int) net.Conn, payload func(i int) []byte, 
 			for next.Before(start.Add(dur)) {
 				time.Sleep(time.Until(next))
 				t0 := time.Now()
-				if _, err := conn.Write(out); err != nil {
-					b.Error(err)
-					return
-				}
-				if _, err := io.ReadFull(br, buf); err != nil {
+				if err := exchange(conn, br, out, buf); err != nil {
 					b.Error(err)
 					return
 				}

@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -32,8 +34,11 @@ const childEnv = "CAPTURE_TEST_CHILD"
 // request; it prints its address, serves until standard input closes, then
 // stops the agent (which flushes the recorder) and exits.
 func runChild() int {
-	if os.Getenv(childEnv) == "echo" {
+	switch os.Getenv(childEnv) {
+	case "echo":
 		return runEcho()
+	case "fanout":
+		return runFanOut()
 	}
 	if err := patches.Err(); err != nil {
 		fmt.Println("agent off:", err)
@@ -58,6 +63,52 @@ func runChild() int {
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	_ = srv.Shutdown(context.Background())
 	rdb.Close()
+	if err := patches.Stop(context.Background()); err != nil {
+		fmt.Println("stop:", err)
+		return 1
+	}
+	return 0
+}
+
+// runFanOut serves the fan-out service, with the agent as the environment
+// configures it, until standard input closes (see BenchmarkFanOutRatio).
+// The downstream's URL and the table come in fanOutDownEnv and
+// fanOutTableEnv; with fanOutProfileEnv it writes a CPU profile there.
+func runFanOut() int {
+	if err := patches.Err(); err != nil {
+		fmt.Println("agent off:", err)
+		return 1
+	}
+	svc, err := newFanOut(os.Getenv(testenv.RedisEnv), os.Getenv(testenv.MySQLEnv),
+		os.Getenv(fanOutDownEnv), os.Getenv(fanOutTableEnv))
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	if path := os.Getenv(fanOutProfileEnv); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	srv := &http.Server{Handler: svc}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Println(ln.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = srv.Shutdown(context.Background())
+	svc.close()
 	if err := patches.Stop(context.Background()); err != nil {
 		fmt.Println("stop:", err)
 		return 1
@@ -90,7 +141,15 @@ func runEcho() int {
 // the rest of its output.
 func startChild(tb testing.TB, kind string, env ...string) (addr string, stop func() string) {
 	tb.Helper()
-	cmd := testenv.SelfCommand("-test.run=^$")
+	addr, stop, _ = startChildCmd(tb, kind, env...)
+	return addr, stop
+}
+
+// startChildCmd is startChild, also returning the child's command (its
+// ProcessState is set once stop has returned).
+func startChildCmd(tb testing.TB, kind string, env ...string) (addr string, stop func() string, cmd *exec.Cmd) {
+	tb.Helper()
+	cmd = testenv.SelfCommand("-test.run=^$")
 	cmd.Env = append(append(os.Environ(), childEnv+"="+kind), env...)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(tb, err)
@@ -121,7 +180,7 @@ func startChild(tb testing.TB, kind string, env ...string) (addr string, stop fu
 	}
 	tb.Cleanup(func() { stop() })
 	require.NotContains(tb, addr, " ", "child %s: %s", kind, addr)
-	return addr, stop
+	return addr, stop, cmd
 }
 
 func TestRecordModeFromEnvironment(t *testing.T) {

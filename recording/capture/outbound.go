@@ -55,8 +55,13 @@ type call struct {
 	// bytes (up to the statement id) are kept in head until they tell the
 	// statement id.
 	prepare bool
-	head    []byte
+	headN   uint8
+	head    [prepareIDEnd]byte
 }
+
+// prepareIDEnd is where the statement id of a COM_STMT_PREPARE_OK packet
+// ends: its header and the first 12 bytes of its payload.
+const prepareIDEnd = 4 + 12
 
 // snapshot returns the call as recorded so far, start relative to base.
 func (c *call) snapshot(base int64) recording.Call {
@@ -269,13 +274,12 @@ func (oc *outConn) stmtOwner(tid string, p []byte) string {
 // COM_STMT_PREPARE and notes which trace prepared it (called with oc.mu
 // held).
 func (oc *outConn) notePrepared(c *call, p []byte) {
-	const idEnd = 4 + 12 // header and payload of a COM_STMT_PREPARE_OK packet
-	c.head = append(c.head, p[:min(len(p), idEnd-len(c.head))]...)
-	if len(c.head) < idEnd {
+	c.headN += uint8(copy(c.head[c.headN:], p))
+	if c.headN < prepareIDEnd {
 		return
 	}
 	c.prepare = false
-	id, ok := mysql.StmtID(c.head)
+	id, ok := mysql.StmtID(c.head[:])
 	if !ok || len(oc.stmts) >= maxStmts {
 		return
 	}

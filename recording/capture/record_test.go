@@ -3,19 +3,24 @@ package capture_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/retrace-dev/retrace/internal/testenv"
 	"github.com/retrace-dev/retrace/recording"
 )
 
@@ -200,82 +205,205 @@ func BenchmarkFanOut(b *testing.B) {
 	}
 }
 
+// A "fanout" child (see runFanOut) takes its HTTP downstream's URL and its
+// table from these.
+const (
+	fanOutDownEnv    = "CAPTURE_TEST_DOWN"
+	fanOutTableEnv   = "CAPTURE_TEST_TABLE"
+	fanOutProfileEnv = "CAPTURE_TEST_CPUPROFILE"
+)
+
 // BenchmarkFanOutRatio measures the throughput ratios of recording at 100%
-// and 1% against the agent off on a shared, noisy machine. Each round runs
-// the three modes back to back (in an order that rotates from round to
-// round, so drift over the run favours no mode), each timing the same
-// number of requests; a mode's ratio in a round is the off time over its
-// time in that round, and the summary reports the median over the rounds
-// (and the lowest and highest, to show the spread), for throughput and for
-// the process's CPU time per request. Run it once:
+// and 1% against the agent off. Each mode's service runs in a process of
+// its own, with the agent configured from the environment by package
+// patches as in production, so the three run side by side and the
+// benchmark alternates between them quickly: each round sends a slice of
+// requests to every mode in turn, in an order that rotates from round to
+// round (each mode takes each place equally often). Drift of a shared machine, which on a small VM is larger than the
+// effect measured, then falls on all modes alike. Two processes of the same
+// build also differ (by a few percent here, for as long as they run), so
+// the run is made of blocks, each with three new processes.
+//
+// A mode's throughput is its requests over the time its slices took; the
+// ratio of a mode is its throughput over the agent-off one, for the whole
+// run (ratio-100%, ratio-1%) and per block (the median, lowest and highest
+// of those show the spread). cpu-ratio compares the CPU time of the
+// services' processes alone, from the end of warm-up to their exit (the
+// recorder's last writes included), per request. Run it once:
 //
 //	go test -run x -bench FanOutRatio -benchtime 1x ./recording/capture/
+//
+// With CAPTURE_BENCH_AA=1 in the environment all three services run with
+// the agent off, which shows the noise floor of the machine. With
+// CAPTURE_BENCH_PROFILES=DIR each service writes a CPU profile into DIR,
+// named after its mode and block.
 func BenchmarkFanOutRatio(b *testing.B) {
-	const rounds, requests = 7, 3000
-	modes := []struct {
-		name string
-		rate float64
-	}{{"off", -1}, {"record=100%", 1}, {"record=1%", 0.01}}
-	type result struct{ wall, cpu time.Duration }
-	results := make([]map[string]result, rounds)
-	for r := range rounds {
-		results[r] = map[string]result{}
-		for k := range modes {
-			mode := modes[(r+k)%len(modes)]
-			b.Run(fmt.Sprintf("round=%d/%s", r, mode.name), func(b *testing.B) {
-				w, c := startMode(b, mode.rate)
-				var n atomic.Int64
-				send := func(total int) time.Duration {
-					start := time.Now()
-					var wg sync.WaitGroup
-					for range 8 {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							for n.Add(1) <= int64(total) {
-								if err := get(c, w.addr, newReqID()); err != nil {
-									b.Error(err)
-									return
-								}
-							}
-						}()
+	const blocks, rounds, slice, clients = 4, 9, 400, 8
+	redisAddr, dsn := testenv.RedisAddr(b), testenv.MySQLDSN(b)
+	down, _ := startChild(b, "echo")
+	aa := os.Getenv("CAPTURE_BENCH_AA") != ""
+	profiles := os.Getenv("CAPTURE_BENCH_PROFILES")
+	type mode struct {
+		name, rate string
+		dirs       []string
+		wall, cpu  time.Duration
+		perBlock   []time.Duration
+		io         [2]int64 // read and write system calls
+	}
+	modes := []*mode{{name: "off"}, {name: "100%", rate: "1"}, {name: "1%", rate: "0.01"}}
+	// service is one mode's process in a block
+	type service struct {
+		*mode
+		addr string
+		stop func() string
+		cmd  *exec.Cmd
+		c    *http.Client
+		cpu0 time.Duration
+		io0  [2]int64
+		wall time.Duration
+	}
+	send := func(s *service, total int) time.Duration {
+		var n atomic.Int64
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range clients {
+			wg.Go(func() {
+				for n.Add(1) <= int64(total) {
+					if err := get(s.c, s.addr, newReqID()); err != nil {
+						b.Error(err)
+						return
 					}
-					wg.Wait()
-					return time.Since(start)
 				}
-				send(300) // warm the pools, the table and the store
-				n.Store(0)
-				cpu0 := processCPU(b)
-				d := send(requests)
-				if w.rec != nil {
-					settle(b, w.rec) // the background writer's work is part of the cost
-				}
-				cpu := processCPU(b) - cpu0
-				results[r][mode.name] = result{d, cpu}
-				b.ReportMetric(float64(requests)/d.Seconds(), "req/s")
-				b.ReportMetric(float64(cpu.Microseconds())/requests, "cpu-µs/req")
 			})
 		}
+		wg.Wait()
+		return time.Since(start)
 	}
-	b.Run("summary", func(b *testing.B) {
-		var offRate []float64
-		for _, res := range results {
-			offRate = append(offRate, requests/res["off"].wall.Seconds())
-		}
-		b.ReportMetric(median(offRate), "off-req/s")
-		for _, mode := range modes[1:] {
-			var wall, cpu []float64
-			for _, res := range results {
-				wall = append(wall, res["off"].wall.Seconds()/res[mode.name].wall.Seconds())
-				cpu = append(cpu, res["off"].cpu.Seconds()/res[mode.name].cpu.Seconds())
+	b.ResetTimer()
+	for blk := range blocks {
+		b.StopTimer()
+		table := createTable(b, dsn) // a MEMORY table of its own: they fill up
+		var svcs []*service
+		for _, m := range modes {
+			env := []string{testenv.RedisEnv + "=" + redisAddr, testenv.MySQLEnv + "=" + dsn,
+				fanOutDownEnv + "=http://" + down, fanOutTableEnv + "=" + table}
+			if m.rate != "" && !aa {
+				dir := b.TempDir()
+				m.dirs = append(m.dirs, dir)
+				env = append(env, "RETRACE_MODE=record", "RETRACE_RECORD=file://"+dir, "RETRACE_SAMPLE="+m.rate)
 			}
-			pct := strings.TrimPrefix(mode.name, "record=")
-			b.ReportMetric(median(wall), "ratio-"+pct)
-			b.ReportMetric(slices.Min(wall), "ratio-"+pct+"-min")
-			b.ReportMetric(slices.Max(wall), "ratio-"+pct+"-max")
-			b.ReportMetric(median(cpu), "cpu-ratio-"+pct)
+			if profiles != "" {
+				name := fmt.Sprintf("%s-%d.prof", strings.TrimSuffix(m.name, "%"), blk)
+				env = append(env, fanOutProfileEnv+"="+filepath.Join(profiles, name))
+			}
+			s := &service{mode: m, c: newClient(2 * clients)}
+			s.addr, s.stop, s.cmd = startChildCmd(b, "fanout", env...)
+			svcs = append(svcs, s)
 		}
-	})
+		for _, s := range svcs {
+			send(s, 300) // warm the pools, the table and the store
+			s.cpu0 = childCPU(b, s.cmd.Process.Pid)
+			s.io0 = childIO(b, s.cmd.Process.Pid)
+		}
+		b.StartTimer()
+		for r := range rounds {
+			for k := range svcs {
+				s := svcs[(blk+r+k)%len(svcs)]
+				s.wall += send(s, slice)
+			}
+		}
+		b.StopTimer()
+		for _, s := range svcs {
+			io := childIO(b, s.cmd.Process.Pid)
+			s.mode.io[0] += io[0] - s.io0[0]
+			s.mode.io[1] += io[1] - s.io0[1]
+			s.c.CloseIdleConnections()
+			if out := s.stop(); strings.TrimSpace(out) != "" {
+				b.Fatalf("service %s: %s", s.name, out)
+			}
+			st := s.cmd.ProcessState
+			s.mode.cpu += st.UserTime() + st.SystemTime() - s.cpu0
+			s.mode.wall += s.wall
+			s.perBlock = append(s.perBlock, s.wall)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	n := float64(blocks * rounds * slice)
+	off := modes[0]
+	for _, m := range modes {
+		b.ReportMetric(n/m.wall.Seconds(), m.name+"-req/s")
+		b.ReportMetric(float64(m.cpu.Microseconds())/n, m.name+"-cpu-µs/req")
+		b.ReportMetric(float64(m.io[0])/n, m.name+"-reads/req")
+		b.ReportMetric(float64(m.io[1])/n, m.name+"-writes/req")
+	}
+	for _, m := range modes[1:] {
+		var per []float64
+		for blk := range blocks {
+			per = append(per, off.perBlock[blk].Seconds()/m.perBlock[blk].Seconds())
+		}
+		b.ReportMetric(off.wall.Seconds()/m.wall.Seconds(), "ratio-"+m.name)
+		b.ReportMetric(median(per), "ratio-"+m.name+"-median")
+		b.ReportMetric(slices.Min(per), "ratio-"+m.name+"-min")
+		b.ReportMetric(slices.Max(per), "ratio-"+m.name+"-max")
+		b.ReportMetric(off.cpu.Seconds()/m.cpu.Seconds(), "cpu-ratio-"+m.name)
+		if aa {
+			continue
+		}
+		sessions := 0
+		for _, dir := range m.dirs {
+			sessions += countSessions(b, dir)
+		}
+		b.ReportMetric(float64(sessions), "sessions-"+m.name)
+		if m.rate == "1" && sessions < int(n) {
+			b.Errorf("recording at 100%%: %d sessions for more than %d requests", sessions, int(n))
+		}
+	}
+}
+
+// childCPU returns the user and system CPU time process pid has used, from
+// /proc (in clock ticks of 10 ms).
+func childCPU(tb testing.TB, pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(tb, err)
+	// the command name, in parentheses, may hold spaces: fields count
+	// from the last ')'
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	require.NoError(tb, errors.Join(err1, err2))
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// childIO returns the read and write system calls process pid has made,
+// from /proc.
+func childIO(tb testing.TB, pid int) (n [2]int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	require.NoError(tb, err)
+	for line := range strings.Lines(string(b)) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ": ")
+		switch k {
+		case "syscr":
+			n[0], err = strconv.ParseInt(v, 10, 64)
+		case "syscw":
+			n[1], err = strconv.ParseInt(v, 10, 64)
+		}
+		require.NoError(tb, err)
+	}
+	return n
+}
+
+// countSessions returns the number of sessions recorded in dir.
+func countSessions(tb testing.TB, dir string) int {
+	st, err := recording.Open(context.Background(), dir)
+	require.NoError(tb, err)
+	defer st.Close()
+	n := 0
+	require.NoError(tb, st.Scan(context.Background(), func(*recording.Session) error {
+		n++
+		return nil
+	}))
+	return n
 }
 
 func median(v []float64) float64 {
@@ -297,14 +425,4 @@ func startMode(b *testing.B, rate float64) (*world, *http.Client) {
 	c := newClient(16)
 	b.Cleanup(c.CloseIdleConnections)
 	return w, c
-}
-
-// processCPU returns the user and system CPU time this process has used
-// (the client side of the test included: it is the same in every mode).
-func processCPU(tb testing.TB) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		tb.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -459,3 +459,39 @@ func TestMayBeMySQLGreeting(t *testing.T) {
 		assert.False(t, mayBeMySQLGreeting([]byte(p)), "%q", p)
 	}
 }
+
+// TestStmtCloseAfterPrepareReadInPieces: the statement id of a
+// COM_STMT_PREPARE answer read a few bytes at a time still names the
+// statement, so its COM_STMT_CLOSE, written later under another request's
+// trace, is charged to the request that prepared it.
+func TestStmtCloseAfterPrepareReadInPieces(t *testing.T) {
+	greeting := "\x2a\x00\x00\x00\x0a5.5.5-10.11-MariaDB\x00" + strings.Repeat("x", 22)
+	prepare := "\x0b\x00\x00\x00\x16SELECT ?+1"
+	prepareOK := "\x0c\x00\x00\x01\x00\x07\x00\x00\x00\x01\x00\x01\x00\x00\x00\x00" // statement 7
+	closeStmt := "\x05\x00\x00\x00\x19\x07\x00\x00\x00"
+	other := hook.ConnInfo{ID: 5, Inbound: true, Local: "127.0.0.1:8080", Remote: "127.0.0.1:5004"}
+	for _, piece := range []int{1, 3, 5, 16} {
+		t.Run(fmt.Sprint(piece), func(t *testing.T) {
+			r, out := newTestRecorder(t, 1, -1)
+			r.OutboundRead(myConn, []byte(greeting))
+			r.OutboundWrite(myConn, "", []byte("\x05\x00\x00\x01auth!"))
+			r.OutboundRead(myConn, []byte("\x07\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00"))
+			var b string
+			a := request(t, r, inConn, trace.RequestHead{}, func(tid string) {
+				r.OutboundWrite(myConn, tid, []byte(prepare))
+				for p := prepareOK; len(p) > 0; p = p[min(piece, len(p)):] {
+					r.OutboundRead(myConn, []byte(p[:min(piece, len(p))]))
+				}
+				b = request(t, r, other, trace.RequestHead{}, func(tid string) {
+					r.OutboundWrite(myConn, tid, []byte(closeStmt))
+				})
+			})
+			settle(t, r)
+			got := reqs(out.byID(a))
+			require.Len(t, got, 4, "%q", got)
+			assert.Contains(t, got[2], "SELECT ?+1")
+			assert.Contains(t, got[3], `\x19\a\x00\x00\x00`, "the close goes with the prepare")
+			assert.Empty(t, out.byID(b).Calls)
+		})
+	}
+}

@@ -92,6 +92,30 @@ func (f *fanOut) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(out)
 }
 
+// newFanOut returns the service with its clients: Redis at redisAddr,
+// MariaDB at dsn, the HTTP downstream at the URL down; it writes into table.
+func newFanOut(redisAddr, dsn, down, table string) (*fanOut, error) {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(8)
+	return &fanOut{
+		rdb:   redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 8}),
+		db:    db,
+		hc:    &http.Client{Transport: &http.Transport{MaxConnsPerHost: 4, MaxIdleConnsPerHost: 4}},
+		down:  down,
+		table: table,
+	}, nil
+}
+
+func (f *fanOut) close() {
+	f.rdb.Close()
+	f.db.Close()
+	f.hc.CloseIdleConnections()
+}
+
 // world is the service with its downstreams, recorded into a directory.
 type world struct {
 	addr  string
@@ -115,17 +139,8 @@ func startWorld(tb testing.TB, sampler *recording.Sampler) *world {
 	}
 
 	downAddr, _ := startChild(tb, "echo")
-	db, err := sql.Open("mysql", dsn)
+	svc, err := newFanOut(redisAddr, dsn, "http://"+downAddr, table)
 	require.NoError(tb, err)
-	db.SetMaxOpenConns(8)
-	db.SetMaxIdleConns(8)
-	svc := &fanOut{
-		rdb:   redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 8}),
-		db:    db,
-		hc:    &http.Client{Transport: &http.Transport{MaxConnsPerHost: 4, MaxIdleConnsPerHost: 4}},
-		down:  "http://" + downAddr,
-		table: table,
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(tb, err)
 	srv := &http.Server{Handler: svc}
@@ -137,9 +152,7 @@ func startWorld(tb testing.TB, sampler *recording.Sampler) *world {
 	tb.Cleanup(func() {
 		_ = srv.Shutdown(context.Background())
 		<-served
-		svc.rdb.Close()
-		svc.db.Close()
-		svc.hc.CloseIdleConnections()
+		svc.close()
 	})
 	w.addr, w.svc = ln.Addr().String(), svc
 	return w

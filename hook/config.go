@@ -113,7 +113,8 @@ type Recorder interface {
 	// pool opened it on a goroutine of its own); later ones are not.
 	OutboundWrite(c ConnInfo, tid string, p []byte)
 	// OutboundRead reports bytes read on a dialled connection, on whatever
-	// goroutine read them.
+	// goroutine read them; on connections that carry no HTTP, reads with
+	// no trace stop being reported with the untraced writes they answer.
 	OutboundRead(c ConnInfo, p []byte)
 	// Closed reports that the application closed the connection (or that
 	// it was garbage collected unclosed).

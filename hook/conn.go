@@ -197,7 +197,7 @@ func (e *engine) outboundRead(st *connState, c *netConn, b []byte) (int, error) 
 		}
 	}
 	n, err := e.l.plainRead(c, b)
-	if n > 0 && e.cfg.Mode == Record {
+	if n > 0 && e.cfg.Mode == Record && !st.skipRead() {
 		e.recordOutboundRead(st, b[:n])
 	}
 	return n, err

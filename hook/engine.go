@@ -134,11 +134,25 @@ const setupUntraced = 16
 // take turns, so a plain load and add is enough (a race only miscounts by
 // one); past the limit it is a load.
 func (st *connState) setupWrite() bool {
-	if n := st.untraced.Load(); n < setupUntraced {
+	n := st.untraced.Load()
+	if n < setupUntraced {
 		st.untraced.Store(n + 1)
 		return true
 	}
+	if n == setupUntraced {
+		st.untraced.Store(n + 1) // one went unreported: see skipRead
+	}
 	return false
+}
+
+// skipRead reports whether record mode leaves an outbound read unreported:
+// on a connection that carries no HTTP, once an untraced write has gone
+// unreported, a read on a goroutine with no trace. Clients of these
+// protocols read an answer on the goroutine that wrote its request, so the
+// bytes answer a write that was not reported (a request not sampled); the
+// recorder would only have looked them up to drop them.
+func (st *connState) skipRead() bool {
+	return st.untraced.Load() > setupUntraced && st.wr.passThrough() && trace.CurrentID() == ""
 }
 
 func (st *connState) tid() string {

@@ -21,6 +21,7 @@ type writeRecorder struct {
 
 	mu     sync.Mutex
 	writes map[uint64][]reportedWrite
+	reads  map[uint64][]string // the trace of the reading goroutine, per read reported
 }
 
 type reportedWrite struct {
@@ -31,7 +32,6 @@ type reportedWrite struct {
 func (r *writeRecorder) StartRequest(hook.ConnInfo, trace.RequestHead) string { return "" }
 func (r *writeRecorder) InboundRead(hook.ConnInfo, string, []byte)            {}
 func (r *writeRecorder) InboundWrite(hook.ConnInfo, string, []byte)           {}
-func (r *writeRecorder) OutboundRead(hook.ConnInfo, []byte)                   {}
 func (r *writeRecorder) Closed(hook.ConnInfo)                                 {}
 func (r *writeRecorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
 	if c.Remote != r.dst {
@@ -45,14 +45,26 @@ func (r *writeRecorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
 	r.writes[c.ID] = append(r.writes[c.ID], reportedWrite{tid, bytes.Clone(p)})
 }
 
+func (r *writeRecorder) OutboundRead(c hook.ConnInfo, _ []byte) {
+	if c.Remote != r.dst {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.reads == nil {
+		r.reads = map[uint64][]string{}
+	}
+	r.reads[c.ID] = append(r.reads[c.ID], trace.CurrentID())
+}
+
 // TestUntracedSetupWritesAreReported opens a MySQL connection with no
 // trace on the opening goroutine, as a pool does (database/sql's
 // connectionOpener, or a warm-up before any request): the driver's
 // handshake response and the query setting a session variable are
 // reported, with no trace, so the recorder can keep them as the
 // connection's set-up; the untraced writes of later commands (requests not
-// sampled) stop being reported after the first few; a traced write is
-// always reported with its trace.
+// sampled) stop being reported after the first few, and so do the reads
+// of their answers; a traced write and its answer are always reported.
 func TestUntracedSetupWritesAreReported(t *testing.T) {
 	cfg, err := mysql.ParseDSN(testenv.MySQLDSN(t))
 	require.NoError(t, err)
@@ -106,5 +118,21 @@ func TestUntracedSetupWritesAreReported(t *testing.T) {
 		require.Contains(t, string(last.p), "DO 2")
 		t.Logf("%d writes reported: the handshake response, SET time_zone, %d of %d untraced commands, the traced one",
 			len(ws), dos, untraced)
+	}
+	for conn, reads := range rec.reads {
+		var traced, untracedReads int
+		for _, tid := range reads {
+			switch tid {
+			case id:
+				traced++
+			case "":
+				untracedReads++
+			}
+		}
+		require.Positive(t, traced, "the traced command's answer is reported")
+		// the greeting and each reported write's answer (an answer may
+		// take more than one read), not the answers to unreported writes
+		require.LessOrEqual(t, untracedReads, 2*len(rec.writes[conn]), "reads with no trace: %d", untracedReads)
+		require.Less(t, untracedReads, untraced)
 	}
 }

@@ -30,9 +30,8 @@ import (
 // configured from the environment by package patches.
 const childEnv = "CAPTURE_TEST_CHILD"
 
-// runChild is the child's main: a service that reads a Redis key per
-// request; it prints its address, serves until standard input closes, then
-// stops the agent (which flushes the recorder) and exits.
+// runChild is the child's main: the "echo" downstream, the "fanout"
+// service, or else a service that increments a Redis key per request.
 func runChild() int {
 	switch os.Getenv(childEnv) {
 	case "echo":
@@ -40,52 +39,23 @@ func runChild() int {
 	case "fanout":
 		return runFanOut()
 	}
-	if err := patches.Err(); err != nil {
-		fmt.Println("agent off:", err)
-		return 1
-	}
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(testenv.RedisEnv)})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return serveChild(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v, err := rdb.Incr(r.Context(), "capture-child:"+r.URL.Query().Get("id")).Result()
 		if err != nil {
 			http.Error(w, err.Error(), 500)
 			return
 		}
 		fmt.Fprintf(w, `{"n":%d,"token":"%s"}`, v, r.Header.Get("Authorization"))
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	fmt.Println(ln.Addr())
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	_ = srv.Shutdown(context.Background())
-	rdb.Close()
-	if err := patches.Stop(context.Background()); err != nil {
-		fmt.Println("stop:", err)
-		return 1
-	}
-	return 0
+	}), func() { rdb.Close() })
 }
 
-// runFanOut serves the fan-out service, with the agent as the environment
-// configures it, until standard input closes (see BenchmarkFanOutRatio).
-// The downstream's URL and the table come in fanOutDownEnv and
-// fanOutTableEnv; with fanOutProfileEnv it writes a CPU profile there.
+// runFanOut serves the fan-out service (see BenchmarkFanOutRatio). The
+// downstream's URL and the table come in fanOutDownEnv and fanOutTableEnv;
+// with fanOutProfileEnv it writes a CPU profile there.
 func runFanOut() int {
-	if err := patches.Err(); err != nil {
-		fmt.Println("agent off:", err)
-		return 1
-	}
 	svc, err := newFanOut(os.Getenv(testenv.RedisEnv), os.Getenv(testenv.MySQLEnv),
 		os.Getenv(fanOutDownEnv), os.Getenv(fanOutTableEnv))
-	if err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		fmt.Println(err)
 		return 1
@@ -103,12 +73,29 @@ func runFanOut() int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	srv := &http.Server{Handler: svc}
+	return serveChild(svc, svc.close)
+}
+
+// serveChild serves h, with the agent as the environment configures it: it
+// prints its address, serves until standard input closes, then closes the
+// service's clients, stops the agent (which flushes the recorder) and
+// returns the exit code.
+func serveChild(h http.Handler, closeClients func()) int {
+	if err := patches.Err(); err != nil {
+		fmt.Println("agent off:", err)
+		return 1
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	srv := &http.Server{Handler: h}
 	go func() { _ = srv.Serve(ln) }()
 	fmt.Println(ln.Addr())
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	_ = srv.Shutdown(context.Background())
-	svc.close()
+	closeClients()
 	if err := patches.Stop(context.Background()); err != nil {
 		fmt.Println("stop:", err)
 		return 1

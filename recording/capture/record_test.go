@@ -282,7 +282,7 @@ func BenchmarkFanOutRatio(b *testing.B) {
 	b.ResetTimer()
 	for blk := range blocks {
 		b.StopTimer()
-		table := createTable(b, dsn) // a MEMORY table of its own: they fill up
+		table := createTable(b, dsn) // per block: MEMORY tables are bounded
 		var svcs []*service
 		for _, m := range modes {
 			env := []string{testenv.RedisEnv + "=" + redisAddr, testenv.MySQLEnv + "=" + dsn,

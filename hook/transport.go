@@ -55,9 +55,16 @@ func transportTarget() (target, error) {
 // request made on a goroutine with a trace goes out as a copy carrying the
 // trace in-band; the caller's request is never modified.
 func transportRoundTrip(t *http.Transport, req *http.Request) (*http.Response, error) {
-	sent := req
+	sent, inBand := req, false
 	if e := active.Load(); e != nil {
-		sent = e.carry(t, req)
+		sent, inBand = e.carry(t, req)
+	}
+	if inBand {
+		// The goroutines the round trip may start (a dial, then the new
+		// connection's readLoop and writeLoop) serve the connection, and
+		// with it later requests of any trace or none: they must not
+		// inherit this request's trace, which travels in the request.
+		defer trace.Detach().Restore()
 	}
 	resp, err := (*roundTrip.Load())(t, sent)
 	if resp != nil && resp.Request == sent && sent != req {
@@ -69,25 +76,26 @@ func transportRoundTrip(t *http.Transport, req *http.Request) (*http.Response, e
 // carry returns req, or a copy of it with the current trace in
 // TraceHeader. Only plain HTTP/1: over TLS the Write hook sees ciphertext,
 // and unencrypted HTTP/2 compresses headers, so it could not strip it.
-func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request) {
+// inBand reports that the request sent carries a trace in TraceHeader.
+func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request, inBand bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			e.recovered("http-transport", r)
-			out = req
+			out, inBand = req, false
 		}
 	}()
 	if req == nil || req.URL == nil || req.URL.Scheme != "http" {
-		return req
+		return req, false
 	}
 	if t != nil && t.Protocols != nil && t.Protocols.UnencryptedHTTP2() {
-		return req
+		return req, false
 	}
 	tid := trace.CurrentID()
 	if tid == "" || !trace.ValidID(tid) {
-		return req
+		return req, false
 	}
 	if _, set := req.Header[TraceHeader]; set {
-		return req
+		return req, true
 	}
 	r2 := new(http.Request)
 	*r2 = *req
@@ -98,5 +106,5 @@ func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request)
 	h[TraceHeader] = []string{tid}
 	r2.Header = h
 	counters.carried.Add(1)
-	return r2
+	return r2, true
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -54,5 +55,54 @@ func TestTransportCarriesOnlyPlainHTTP(t *testing.T) {
 			require.Zero(t, carried, name)
 		}
 		c.CloseIdleConnections()
+	}
+}
+
+// TestConnectionGoroutinesInheritNoTrace: a connection that a traced
+// request dials is written by net/http's writeLoop, a goroutine the round
+// trip started; another request's write on it, with no trace, is reported
+// with none, even while the first request's trace is still bound.
+func TestConnectionGoroutinesInheritNoTrace(t *testing.T) {
+	srv := httptest.NewServer(agenttest.EchoHandler())
+	defer srv.Close()
+	rec := &writeRecorder{dst: srv.Listener.Addr().String()}
+	install(t, hook.Config{Mode: hook.Record, Recorder: rec, Logger: discardLogger()})
+	c := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}
+	defer c.CloseIdleConnections()
+	get := func(path string) {
+		t.Helper()
+		resp, err := c.Get(srv.URL + path)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	start, done := make(chan struct{}), make(chan struct{})
+	go func() { // started before the Bind below: no trace
+		defer close(done)
+		<-start
+		get("/untraced")
+	}()
+	id := agenttest.NewID()
+	release := trace.Bind(&trace.Trace{ID: id})
+	get("/traced") // dials the connection
+	close(start)
+	<-done
+	release()
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Len(t, rec.writes, 1, "one connection")
+	for _, ws := range rec.writes {
+		var paths []string
+		for _, w := range ws {
+			switch {
+			case strings.Contains(string(w.p), "GET /traced "):
+				require.Equal(t, id, w.tid)
+			case strings.Contains(string(w.p), "GET /untraced "):
+				require.Empty(t, w.tid, "the untraced request was charged to the trace that dialled its connection")
+			}
+			paths = append(paths, strings.SplitN(string(w.p), "\r\n", 2)[0])
+		}
+		require.Len(t, paths, 2, "%q", paths)
 	}
 }

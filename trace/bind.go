@@ -172,6 +172,41 @@ func Current() *Trace {
 	return nil
 }
 
+// Detached is the pprof labels Detach took the trace out of, for Restore.
+type Detached struct {
+	prev unsafe.Pointer
+	set  bool
+}
+
+// Detach takes the trace label out of the calling goroutine's pprof labels,
+// so that the goroutines it starts until Restore inherit no trace; the
+// application's own labels stay. Current on a goroutine bound by Bind still
+// returns its trace (and puts the label back). It allocates only when the
+// goroutine has a trace label.
+//
+// It is for work that starts goroutines which outlive the request on
+// behalf of a shared resource: net/http starts a new connection's readLoop
+// and writeLoop from the round trip that dialled it, and they go on to
+// serve other requests.
+func Detach() Detached {
+	cur := runtime_getProfLabel()
+	next := withoutLabel(cur, anyBinding)
+	if next == cur {
+		return Detached{}
+	}
+	runtime_setProfLabel(next)
+	return Detached{prev: cur, set: true}
+}
+
+// Restore puts back the labels Detach changed.
+func (d Detached) Restore() {
+	if d.set {
+		runtime_setProfLabel(d.prev)
+	}
+}
+
+func anyBinding(*binding) bool { return true }
+
 // CurrentID returns the id of Current(), or "" when there is none.
 func CurrentID() string {
 	if t := Current(); t != nil {

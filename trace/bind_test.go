@@ -402,3 +402,58 @@ func TestCurrentDoesNotAllocate(t *testing.T) {
 	release()
 	inGoroutine(func() { check("unbound child") })
 }
+
+// TestDetach: goroutines started between Detach and Restore inherit no
+// trace but keep the application's labels; the goroutine itself keeps its
+// trace; after Restore new goroutines inherit the trace again.
+func TestDetach(t *testing.T) {
+	tr := &Trace{ID: "t-detach"}
+	pprof.Do(context.Background(), pprof.Labels("app", "x"), func(ctx context.Context) {
+		release := Bind(tr)
+		defer release()
+		var child *Trace
+		var childApp string
+		inGoroutine(func() { // an inheriting child, for the inherited case
+			d := Detach()
+			inGoroutine(func() {
+				child = Current()
+				childApp, _ = pprof.Label(labelsOfGoroutine(), "app")
+			})
+			d.Restore()
+			if Current() != tr {
+				t.Errorf("after Restore the child's trace is %v", Current())
+			}
+		})
+		if child != nil || childApp != "x" {
+			t.Errorf("started while detached: trace %v, app label %q; want none and x", child, childApp)
+		}
+		d := Detach()
+		if Current() != tr {
+			t.Errorf("the bound goroutine lost its trace: %v", Current())
+		}
+		d.Restore()
+		inGoroutine(func() { child = Current() })
+		if child != tr {
+			t.Errorf("started after Restore: trace %v", child)
+		}
+	})
+	d := Detach() // no trace: nothing to do
+	if d.set {
+		t.Error("Detach changed the labels of a goroutine with no trace")
+	}
+	d.Restore()
+}
+
+// labelsOfGoroutine returns a context holding the calling goroutine's
+// pprof labels.
+func labelsOfGoroutine() context.Context {
+	ctx := context.Background()
+	if ls := runtime_getProfLabel(); ls != nil {
+		var kv []string
+		for _, l := range (*labelSet)(ls).list {
+			kv = append(kv, l.key, l.value)
+		}
+		ctx = pprof.WithLabels(ctx, pprof.Labels(kv...))
+	}
+	return ctx
+}

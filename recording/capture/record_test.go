@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/retrace-dev/retrace/internal/testenv"
 	"github.com/retrace-dev/retrace/recording"
@@ -65,9 +66,23 @@ func TestRecordFanOut(t *testing.T) {
 	}
 	settle(t, w.rec)
 
+	sessions := checkSessions(t, w.store, w.addr, ids)
+	require.Len(t, sessions, len(ids), "one session per request")
+	st := w.rec.Stats()
+	assert.Zero(t, st.Dropped)
+	assert.Zero(t, st.Overflow)
+	assert.Zero(t, st.Incomplete)
+}
+
+// checkSessions reads the sessions of the service at addr from st and
+// checks each (checkSession): its request is one of ids, recorded once,
+// and every connection's set-up calls are kept with one session. It
+// returns them by request id.
+func checkSessions(t *testing.T, st recording.Store, addr string, ids map[string]bool) map[string]*recording.Session {
+	t.Helper()
 	sessions := map[string]*recording.Session{}
-	require.NoError(t, w.store.Scan(context.Background(), func(s *recording.Session) error {
-		if s.Inbound.Local != w.addr {
+	require.NoError(t, st.Scan(context.Background(), func(s *recording.Session) error {
+		if s.Inbound.Local != addr {
 			return nil // not the service (the test client is not recorded; kept as a guard)
 		}
 		id := idPattern.FindString(string(s.Inbound.Request))
@@ -76,11 +91,9 @@ func TestRecordFanOut(t *testing.T) {
 		sessions[id] = s
 		return nil
 	}))
-	require.Len(t, sessions, len(ids), "one session per request")
-
 	setups := map[string]int{} // per connection: sessions holding its set-up calls
 	for id, s := range sessions {
-		require.True(t, ids[id])
+		require.True(t, ids[id], "session of a request never sent: %s", id)
 		checkSession(t, id, s)
 		seen := map[string]bool{}
 		for _, call := range s.Calls {
@@ -96,10 +109,54 @@ func TestRecordFanOut(t *testing.T) {
 	for k, n := range setups {
 		assert.Equal(t, 1, n, "set-up calls of connection %s are kept with one session", k)
 	}
-	st := w.rec.Stats()
-	assert.Zero(t, st.Dropped)
-	assert.Zero(t, st.Overflow)
-	assert.Zero(t, st.Incomplete)
+	return sessions
+}
+
+// TestRecordFanOutSampled runs the fan-out service configured from the
+// environment as in production (RETRACE_MODE=record, RETRACE_SAMPLE=0.2)
+// under 32 concurrent clients: the sampled requests share every pooled
+// connection with unsampled ones, whose traffic the agent no longer reports
+// past a connection's set-up, and each recorded session still holds
+// exactly its own calls.
+func TestRecordFanOutSampled(t *testing.T) {
+	redisAddr, dsn := testenv.RedisAddr(t), testenv.MySQLDSN(t)
+	down, _ := startChild(t, "echo")
+	dir := t.TempDir()
+	addr, stop := startChild(t, "fanout", testenv.RedisEnv+"="+redisAddr, testenv.MySQLEnv+"="+dsn,
+		fanOutDownEnv+"=http://"+down, fanOutTableEnv+"="+createTable(t, dsn),
+		"RETRACE_MODE=record", "RETRACE_APP=fanout", "RETRACE_RECORD=file://"+dir, "RETRACE_SAMPLE=0.2")
+	const clients, rounds = 32, 10
+	c := newClient(clients)
+	var mu sync.Mutex
+	ids := map[string]bool{}
+	var g errgroup.Group
+	for range clients {
+		g.Go(func() error {
+			for range rounds {
+				id := newReqID()
+				mu.Lock()
+				ids[id] = true
+				mu.Unlock()
+				if err := get(c, addr, id); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	require.NoError(t, g.Wait())
+	c.CloseIdleConnections()
+	require.Empty(t, strings.TrimSpace(stop()), "the service's output") // flushes the recorder
+
+	st, err := recording.Open(context.Background(), dir)
+	require.NoError(t, err)
+	defer st.Close()
+	sessions := checkSessions(t, st, addr, ids)
+	// 320 requests at 20%: 64 expected; far outside [20, 130] means the
+	// sampling is not per request
+	assert.Greater(t, len(sessions), 20)
+	assert.Less(t, len(sessions), 130)
+	t.Logf("%d of %d requests recorded", len(sessions), len(ids))
 }
 
 // checkSession asserts that s, the session of request id, holds the

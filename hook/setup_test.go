@@ -34,27 +34,28 @@ func (r *writeRecorder) InboundRead(hook.ConnInfo, string, []byte)            {}
 func (r *writeRecorder) InboundWrite(hook.ConnInfo, string, []byte)           {}
 func (r *writeRecorder) Closed(hook.ConnInfo)                                 {}
 func (r *writeRecorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
-	if c.Remote != r.dst {
-		return
+	if c.Remote == r.dst {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		appendFor(&r.writes, c.ID, reportedWrite{tid, bytes.Clone(p)})
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.writes == nil {
-		r.writes = map[uint64][]reportedWrite{}
-	}
-	r.writes[c.ID] = append(r.writes[c.ID], reportedWrite{tid, bytes.Clone(p)})
 }
 
 func (r *writeRecorder) OutboundRead(c hook.ConnInfo, _ []byte) {
-	if c.Remote != r.dst {
-		return
+	if c.Remote == r.dst {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		appendFor(&r.reads, c.ID, trace.CurrentID())
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.reads == nil {
-		r.reads = map[uint64][]string{}
+}
+
+// appendFor appends v to the list of connection id in *m, making the map
+// first if need be.
+func appendFor[T any](m *map[uint64][]T, id uint64, v T) {
+	if *m == nil {
+		*m = map[uint64][]T{}
 	}
-	r.reads[c.ID] = append(r.reads[c.ID], trace.CurrentID())
+	(*m)[id] = append((*m)[id], v)
 }
 
 // TestUntracedSetupWritesAreReported opens a MySQL connection with no

@@ -141,47 +141,13 @@ func TestRecordReplayLoad(t *testing.T) {
 	// Replay with every downstream stopped.
 	s.stopDownstreams()
 	connsBefore := s.downstreamConns()
-	mock, err := mockserver.New(mockserver.Config{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mock.Close()
-	if n, err := mock.Load(ctx, mockserver.SessionsSource(sessions...)); err != nil || n != recordRequests {
-		t.Fatalf("mock loaded %d sessions: %v", n, err)
-	}
-	if err := mock.Start(); err != nil {
-		t.Fatal(err)
-	}
-	cfg := regress.Config{Source: regress.Sessions(sessions), MockAdmin: mock.AdminURL(), Concurrency: replayWorkers}
-
-	replaySvc := s.service("replay", "RETRACE_MODE=replay", "RETRACE_MOCK_ADDR="+mock.Addr())
-	cfg.Target = replaySvc.URL()
-	noise, err := regress.DetectNoise(ctx, cfg, regress.NoiseConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range noise.Rules {
-		t.Logf("noise: %s %s %s ignore %s", r.API, r.Scope, r.Dst, r.Ignore)
-	}
-	if cfg.Rules, err = diff.NewRules(noise.Rules...); err != nil {
-		t.Fatal(err)
-	}
-	sum, results := replayAll(t, cfg, filepath.Join(s.dir, "report"))
-	if sum.Sessions != recordRequests || sum.Passed != recordRequests {
-		for _, r := range firstN(results, func(r *regress.Result) bool { return r.Status != regress.Passed }, 5) {
-			t.Errorf("session %s %s: %s %s %s", r.Session, r.API, r.Status, r.Error, labels(r.Findings))
-		}
-		t.Fatalf("replay of the recorded build: %d sessions, %d passed, %d failed, %d errors (want all %d passed)",
-			sum.Sessions, sum.Passed, sum.Failed, sum.Errors, recordRequests)
-	}
-	if err := replaySvc.Stop(); err != nil {
-		t.Fatal(err)
-	}
+	mock := startMock(t, sessions)
+	cfg := s.replayClean(mock, sessions, "report")
 
 	// The changed build is caught, at the paths it changed.
 	changed := s.service("changed", "RETRACE_MODE=replay", "RETRACE_MOCK_ADDR="+mock.Addr(), orders.EnvVariant+"="+orders.VariantChanged)
 	cfg.Target = changed.URL()
-	sum, results = replayAll(t, cfg, filepath.Join(s.dir, "report-changed"))
+	sum, results := replayAll(t, cfg, filepath.Join(s.dir, "report-changed"))
 	// Every session that reached the pricing service must fail at the
 	// pricing request's channel; those that created an order also at
 	// body.status; nothing else may differ, and no other session may fail.
@@ -284,6 +250,118 @@ func TestRecordReplayLoad(t *testing.T) {
 	t.Logf("load: %s", b)
 }
 
+// startMock starts a mock server loaded with sessions, closed at the end of
+// the test.
+func startMock(t *testing.T, sessions []*recording.Session) *mockserver.Server {
+	t.Helper()
+	mock, err := mockserver.New(mockserver.Config{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mock.Close() })
+	if n, err := mock.Load(context.Background(), mockserver.SessionsSource(sessions...)); err != nil || n != len(sessions) {
+		t.Fatalf("mock loaded %d of %d sessions: %v", n, len(sessions), err)
+	}
+	if err := mock.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return mock
+}
+
+// replayClean replays sessions against the recorded build in replay mode,
+// answered by mock, after noise detection, into a report in the stage's
+// directory, and fails the test unless every session passes. It returns the
+// replay's configuration (with the noise rules) for further replays.
+func (s *stage) replayClean(mock *mockserver.Server, sessions []*recording.Session, report string) regress.Config {
+	t := s.t
+	t.Helper()
+	cfg := regress.Config{Source: regress.Sessions(sessions), MockAdmin: mock.AdminURL(), Concurrency: replayWorkers}
+	svc := s.service("replay", "RETRACE_MODE=replay", "RETRACE_MOCK_ADDR="+mock.Addr())
+	cfg.Target = svc.URL()
+	noise, err := regress.DetectNoise(context.Background(), cfg, regress.NoiseConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range noise.Rules {
+		t.Logf("noise: %s %s %s ignore %s", r.API, r.Scope, r.Dst, r.Ignore)
+	}
+	if cfg.Rules, err = diff.NewRules(noise.Rules...); err != nil {
+		t.Fatal(err)
+	}
+	sum, results := replayAll(t, cfg, filepath.Join(s.dir, report))
+	if sum.Sessions != len(sessions) || sum.Passed != len(sessions) {
+		for _, r := range firstN(results, func(r *regress.Result) bool { return r.Status != regress.Passed }, 5) {
+			t.Errorf("session %s %s: %s %s %s", r.Session, r.API, r.Status, r.Error, labels(r.Findings))
+		}
+		t.Fatalf("replay of the recorded build: %d sessions, %d passed, %d failed, %d errors (want all %d passed)",
+			sum.Sessions, sum.Passed, sum.Failed, sum.Errors, len(sessions))
+	}
+	if err := svc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestRecordSampledReplay records the orders service at 30% sampling under
+// 32 clients, so that sampled and unsampled requests share every pooled
+// connection (MariaDB, Redis, the pricing service's keep-alive
+// connections), and replays the sessions against the same build with every
+// downstream stopped: all pass, so no session holds a call of another
+// request or misses one of its own.
+func TestRecordSampledReplay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end: builds binaries and sends hundreds of requests")
+	}
+	s := newStage(t)
+	recDir := filepath.Join(s.dir, "recordings")
+	rec := s.service("record", "RETRACE_MODE=record", "RETRACE_RECORD="+recDir, "RETRACE_APP=orders", "RETRACE_SAMPLE=0.3")
+	st, err := demo.Traffic{BaseURL: rec.URL(), Requests: recordRequests, Clients: recordClients, Seed: 11}.Run(context.Background())
+	if err != nil || st.Errors != 0 {
+		t.Fatalf("recording traffic: %+v, %v", st, err)
+	}
+	sessions := settledSessions(t, recDir, 10*time.Second)
+	if err := rec.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// 500 requests at 30%: 150 expected
+	if len(sessions) < 75 || len(sessions) > 250 {
+		t.Fatalf("%d sessions recorded of %d requests at 30%%", len(sessions), recordRequests)
+	}
+	t.Logf("recorded %d sessions of %d requests", len(sessions), recordRequests)
+	s.stopDownstreams()
+	s.replayClean(startMock(t, sessions), sessions, "report")
+}
+
+// settledSessions waits until the number of sessions in dir has stayed the
+// same for half a second (the recorder flushes every 100 ms), and returns
+// them.
+func settledSessions(t *testing.T, dir string, within time.Duration) []*recording.Session {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var last []*recording.Session
+	for {
+		time.Sleep(500 * time.Millisecond)
+		got := readSessions(dir)
+		if len(got) > 0 && len(got) == len(last) {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sessions in %s still changing after %s: %d", dir, within, len(got))
+		}
+		last = got
+	}
+}
+
+// readSessions returns the sessions in dir, none if it cannot be read yet.
+func readSessions(dir string) []*recording.Session {
+	var got []*recording.Session
+	if store, err := recording.Open(context.Background(), dir); err == nil {
+		store.Scan(context.Background(), func(s *recording.Session) error { got = append(got, s); return nil })
+		store.Close()
+	}
+	return got
+}
+
 // replayAll replays cfg's sessions into a report in dir and returns its
 // summary and every result.
 func replayAll(t *testing.T, cfg regress.Config, dir string) (*report.Summary, []*regress.Result) {
@@ -309,11 +387,7 @@ func waitSessions(t *testing.T, dir string, want int, within time.Duration) []*r
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		var got []*recording.Session
-		if store, err := recording.Open(context.Background(), dir); err == nil {
-			store.Scan(context.Background(), func(s *recording.Session) error { got = append(got, s); return nil })
-			store.Close()
-		}
+		got := readSessions(dir)
 		if len(got) >= want || time.Now().After(deadline) {
 			if len(got) != want {
 				t.Fatalf("%d sessions recorded in %s, want %d", len(got), dir, want)

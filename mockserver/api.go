@@ -37,9 +37,14 @@ type TraceReport struct {
 // ObservedCall is one request the system under test made, and how it was
 // answered.
 type ObservedCall struct {
-	Seq     int    `json:"seq"` // order of arrival within the trace, from 0
-	Proto   string `json:"proto"`
-	Dst     string `json:"dst"`
+	Seq   int    `json:"seq"` // order of arrival within the trace, from 0
+	Proto string `json:"proto"`
+	Dst   string `json:"dst"`
+	// Setup marks a request answered as connection set-up, from any
+	// recording of the destination: set-up traffic, or a request the
+	// trace's recording has no more of that another recording answers (a
+	// MySQL statement prepared once more after a retry). Matched is then
+	// the Seq of a call of that other recording.
 	Setup   bool   `json:"setup,omitempty"`
 	Request []byte `json:"request"` // base64 in JSON, exact bytes
 	// Matched is the Seq of the recorded call that answered, or -1 for a

@@ -341,14 +341,17 @@ func (c *conn) matchTrace(ts *traceState, r *request, oc *ObservedCall) ([]byte,
 		reason = fmt.Sprintf("recording %q: %s (%s %q)", ts.recID, why, r.op, clip(r.key))
 	}
 	// Not in the trace's recording: set-up traffic of the destination, or a
-	// statement prepared by any recording of it, still has an answer.
+	// statement prepared by any recording of it (a statement prepared once
+	// more, on another connection after a retry), still has an answer. It
+	// is reported as set-up: Matched is then a call of another recording,
+	// not one of this trace's.
 	if a, ok := s.idx.answerSetup(c.dst, r); ok {
-		oc.Matched, oc.Strategy, oc.Score = a.seq, "setup", 1
+		oc.Setup, oc.Matched, oc.Strategy, oc.Score = true, a.seq, "setup", 1
 		return c.ad.reply(*r, a.resp), ""
 	}
 	if c.ad.proto() == protoMySQL && strings.HasPrefix(r.op, "PREPARE ") {
 		if a, ok := s.idx.prepare(c.dst, r.key); ok {
-			oc.Matched, oc.Strategy, oc.Score = a.seq, "setup", 1
+			oc.Setup, oc.Matched, oc.Strategy, oc.Score = true, a.seq, "setup", 1
 			return c.ad.reply(*r, a.resp), ""
 		}
 	}

@@ -112,3 +112,50 @@ func TestMySQL128ConcurrentTraces(t *testing.T) {
 	}
 	_ = addr
 }
+
+// TestMySQLPreparedAgainIsSetup: a statement the trace prepares once more
+// than its recording did (database/sql retrying on another connection) is
+// answered from the destination's recordings and reported as set-up, so
+// that its Matched, a call of another recording, is never taken for one of
+// the trace's.
+func TestMySQLPreparedAgainIsSetup(t *testing.T) {
+	ctx := context.Background()
+	dbName, _ := scratchDB(t, 1)
+	rec := mocktest.NewRecorder()
+	real := mysqlDB(t, rec.Dialer("mysql", ""), dbName, 1)
+	tid := "again-" + randHex(4)
+	const q = "SELECT n + ? FROM t WHERE id = 1"
+	func() {
+		defer mocktest.Bind(tid)()
+		var n int64
+		if err := real.QueryRowContext(ctx, q, 1).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	real.Close()
+	srv := mocktest.NewServer(t, mockserver.Config{}, rec.Sessions()...)
+	d := &mocktest.Dialer{Mock: srv.Addr()}
+	replay := mysqlDB(t, d.DialContext, dbName, 1)
+	func() {
+		defer mocktest.Bind(tid)()
+		for range 2 { // the second prepare is one the recording does not have
+			var n int64
+			_ = replay.QueryRowContext(ctx, q, 1).Scan(&n)
+		}
+	}()
+	var prepares []mockserver.ObservedCall
+	for _, c := range report(t, srv, tid).Calls {
+		if strings.Contains(string(c.Request), q) {
+			prepares = append(prepares, c)
+		}
+	}
+	if len(prepares) != 2 {
+		t.Fatalf("observed prepares: %+v", prepares)
+	}
+	if p := prepares[0]; p.Setup || p.Matched < 0 {
+		t.Errorf("first prepare: %+v; want matched in the trace's recording", p)
+	}
+	if p := prepares[1]; !p.Setup || p.Strategy != "setup" || p.Error != "" {
+		t.Errorf("second prepare: %+v; want answered as set-up", p)
+	}
+}

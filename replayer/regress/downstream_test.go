@@ -261,3 +261,28 @@ func TestMySQLAbandonedStatement(t *testing.T) {
 		t.Errorf("findings\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestMatchedSeqOfAnotherDestination: an observed call can only join the
+// recorded calls of its own destination. A MySQL prepare answered from
+// another recording (its statement prepared once more after a retry)
+// carries that recording's seq, here the seq of this session's Redis call;
+// it must neither be joined to that call's bytes nor compared with it.
+func TestMatchedSeqOfAnotherDestination(t *testing.T) {
+	const db, rd = "10.0.0.8:3306", "10.0.0.7:6379"
+	get := "*2\r\n$3\r\nget\r\n$1\r\nk\r\n"
+	sess := &recording.Session{ID: "s", Calls: []recording.Call{
+		{Seq: 0, Proto: "redis", Dst: rd, Request: []byte(get), Response: []byte("$1\r\nv\r\n")},
+	}}
+	prepare := mysqlPkt(0x16, "SELECT a FROM users WHERE id = ?")
+	for _, setup := range []bool{false, true} { // as the mock server reported it before and after
+		fs, _ := downstream(nil, "GET /x", sess, &mockserver.TraceReport{Calls: []mockserver.ObservedCall{
+			{Seq: 0, Matched: 0, Proto: "mysql", Dst: db, Setup: setup, Request: []byte(prepare)},
+			{Seq: 1, Matched: 0, Proto: "redis", Dst: rd, Request: []byte(get)},
+		}})
+		for _, f := range fs {
+			if f.Call != nil && f.Call.Proto == "redis" {
+				t.Errorf("setup=%v: the Redis call differs: %s %s %q→%q", setup, f.Label(), f.Kind, f.Want, f.Got)
+			}
+		}
+	}
+}

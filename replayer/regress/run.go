@@ -408,7 +408,7 @@ func downstream(rules *diff.Rules, api string, s *recording.Session, rep *mockse
 		cd := CallDetail{CallRef: *ref, Replayed: oc.Request}
 		rc := bySeq[oc.Matched]
 		switch {
-		case oc.Matched < 0 || rc == nil:
+		case oc.Matched < 0 || rc == nil || rc.Dst != oc.Dst:
 			if rules.Ignores(api, diff.ScopeDownstream, oc.Dst, "call") || diff.Insignificant(oc.Proto, oc.Request) {
 				continue
 			}
@@ -426,7 +426,7 @@ func downstream(rules *diff.Rules, api string, s *recording.Session, rep *mockse
 			continue // compared with the first call of its group
 		default:
 			done[oc.Matched] = true
-			cd.Recorded, cd.Replayed = rc.Request, joined[oc.Matched]
+			cd.Recorded, cd.Replayed = rc.Request, joined[matchKey{oc.Dst, oc.Matched}]
 			cd.Diffs = rules.CompareCalls(api, oc.Proto, oc.Dst, rc.Request, cd.Replayed)
 			for _, d := range cd.Diffs {
 				out = append(out, Finding{Difference: d, Where: InDownstream, Call: ref})
@@ -450,15 +450,22 @@ func downstream(rules *diff.Rules, api string, s *recording.Session, rep *mockse
 // the same recorded call. The mock server answers a recorded Redis pipeline
 // (one write of several commands) command by command, so each command is
 // an observed call matched to the same recorded call: together they are
-// what the recording holds.
-func joinByMatch(calls []mockserver.ObservedCall) map[int][]byte {
-	out := map[int][]byte{}
+// what the recording holds. A recorded call has one destination, so only
+// requests to it join (a request to another one cannot have matched it).
+func joinByMatch(calls []mockserver.ObservedCall) map[matchKey][]byte {
+	out := map[matchKey][]byte{}
 	for _, c := range calls {
 		if !c.Setup && !c.Proxied && c.Matched >= 0 {
-			out[c.Matched] = append(out[c.Matched], c.Request...)
+			k := matchKey{c.Dst, c.Matched}
+			out[k] = append(out[k], c.Request...)
 		}
 	}
 	return out
+}
+
+type matchKey struct {
+	dst string
+	seq int
 }
 
 // classify splits the candidate's findings: one the baseline shows too,

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -142,7 +143,7 @@ func TestRecordReplayLoad(t *testing.T) {
 	s.stopDownstreams()
 	connsBefore := s.downstreamConns()
 	mock := startMock(t, sessions)
-	cfg := s.replayClean(mock, sessions, "report")
+	cfg := s.replayClean(mock, sessions, "report", nil)
 
 	// The changed build is caught, at the paths it changed.
 	changed := s.service("changed", "RETRACE_MODE=replay", "RETRACE_MOCK_ADDR="+mock.Addr(), orders.EnvVariant+"="+orders.VariantChanged)
@@ -272,12 +273,21 @@ func startMock(t *testing.T, sessions []*recording.Session) *mockserver.Server {
 // answered by mock, after noise detection, into a report in the stage's
 // directory, and fails the test unless every session passes. It returns the
 // replay's configuration (with the noise rules) for further replays.
-func (s *stage) replayClean(mock *mockserver.Server, sessions []*recording.Session, report string) regress.Config {
+//
+// alongside, when not nil, runs beside the replay, from the start of the
+// replay service to the end of the replay: it gets the service's URL and
+// returns the function that waits for it to end.
+func (s *stage) replayClean(mock *mockserver.Server, sessions []*recording.Session, report string, alongside func(url string) (wait func())) regress.Config {
 	t := s.t
 	t.Helper()
 	cfg := regress.Config{Source: regress.Sessions(sessions), MockAdmin: mock.AdminURL(), Concurrency: replayWorkers}
 	svc := s.service("replay", "RETRACE_MODE=replay", "RETRACE_MOCK_ADDR="+mock.Addr())
 	cfg.Target = svc.URL()
+	wait := func() {}
+	if alongside != nil {
+		wait = sync.OnceFunc(alongside(svc.URL()))
+		defer wait()
+	}
 	noise, err := regress.DetectNoise(context.Background(), cfg, regress.NoiseConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -296,6 +306,7 @@ func (s *stage) replayClean(mock *mockserver.Server, sessions []*recording.Sessi
 		t.Fatalf("replay of the recorded build: %d sessions, %d passed, %d failed, %d errors (want all %d passed)",
 			sum.Sessions, sum.Passed, sum.Failed, sum.Errors, len(sessions))
 	}
+	wait()
 	if err := svc.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -306,8 +317,8 @@ func (s *stage) replayClean(mock *mockserver.Server, sessions []*recording.Sessi
 // 32 clients, so that sampled and unsampled requests share every pooled
 // connection (MariaDB, Redis, the pricing service's keep-alive
 // connections), and replays the sessions against the same build with every
-// downstream stopped: all pass, so no session holds a call of another
-// request or misses one of its own.
+// downstream stopped, with untraced requests beside them: all pass, so no
+// session holds a call of another request or misses one of its own.
 func TestRecordSampledReplay(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end to end: builds binaries and sends hundreds of requests")
@@ -329,7 +340,24 @@ func TestRecordSampledReplay(t *testing.T) {
 	}
 	t.Logf("recorded %d sessions of %d requests", len(sessions), recordRequests)
 	s.stopDownstreams()
-	s.replayClean(startMock(t, sessions), sessions, "report")
+	// Untraced requests (a health check, a stray client) reach the
+	// replayed service meanwhile, on the same pooled connections; they get
+	// no recorded answer (the mock refuses what carries no trace), and take
+	// none from a trace.
+	var untraced *demo.TrafficStats
+	s.replayClean(startMock(t, sessions), sessions, "report", func(url string) func() {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			untraced, _ = demo.Traffic{BaseURL: url, Requests: 200, Clients: 4, Duration: 3 * time.Second, Seed: 12}.Run(context.Background())
+		}()
+		return func() { <-done }
+	})
+	// every one of them needs a downstream, which the mock refuses: the
+	// service answers 502 (an answer from a recording would be a 2xx or a 4xx)
+	if untraced == nil || untraced.Requests != 200 || untraced.Errors != 0 || untraced.ByStatus[502] != 200 {
+		t.Fatalf("untraced traffic beside the replay: %+v", untraced)
+	}
 }
 
 // settledSessions waits until the number of sessions in dir has stayed the

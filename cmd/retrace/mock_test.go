@@ -12,6 +12,7 @@ import (
 	"github.com/retrace-dev/retrace/internal/testenv"
 	"github.com/retrace-dev/retrace/mockserver/mocktest"
 	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/trace"
 )
 
 // syncBuffer is a bytes.Buffer safe for the command's and the test's
@@ -33,9 +34,37 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func TestMockCommandServesRecordingsFromDirectory(t *testing.T) {
-	ctx := context.Background()
+// TestMockCommandServesRecordings runs retrace mock on recordings in a
+// directory and in a Redis store (the two sources of the issue), and
+// answers a Redis client from them.
+func TestMockCommandServesRecordings(t *testing.T) {
 	redisAddr := testenv.RedisAddr(t)
+	prefix := "retrace-mock-cli-" + trace.NewID()[:8] + ":"
+	t.Cleanup(func() { deleteKeys(t, redisAddr, prefix) })
+	for name, src := range map[string]string{
+		"directory": t.TempDir(),
+		"redis":     "redis://" + redisAddr + "/0?prefix=" + prefix,
+	} {
+		t.Run(name, func(t *testing.T) { testMockCommand(t, redisAddr, src) })
+	}
+}
+
+// deleteKeys removes the Redis keys that start with prefix.
+func deleteKeys(t *testing.T, addr, prefix string) {
+	ctx := context.Background()
+	rc := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer rc.Close()
+	keys, err := rc.Keys(ctx, prefix+"*").Result()
+	if err == nil && len(keys) > 0 {
+		err = rc.Del(ctx, keys...).Err()
+	}
+	if err != nil {
+		t.Errorf("deleting the test's keys: %v", err)
+	}
+}
+
+func testMockCommand(t *testing.T, redisAddr, src string) {
+	ctx := context.Background()
 	rec := mocktest.NewRecorder()
 	rc := goredis.NewClient(&goredis.Options{Addr: redisAddr, Dialer: rec.Dialer("redis", "cli-trace")})
 	if err := rc.Set(ctx, "retrace-mock-cli", "from-recording", 0).Err(); err != nil {
@@ -43,8 +72,7 @@ func TestMockCommandServesRecordingsFromDirectory(t *testing.T) {
 	}
 	rc.Get(ctx, "retrace-mock-cli")
 	rc.Close()
-	dir := t.TempDir()
-	store, err := recording.Open(ctx, dir)
+	store, err := recording.Open(ctx, src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +86,7 @@ func TestMockCommandServesRecordingsFromDirectory(t *testing.T) {
 	p := &proc{Stdout: &stderr, Stderr: &stderr, Getenv: func(string) string { return "" }}
 	done := make(chan int)
 	go func() {
-		done <- run(runCtx, p, []string{"mock", "--recordings", dir, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--strategy", "redis,order"})
+		done <- run(runCtx, p, []string{"mock", "--recordings", src, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--strategy", "redis,order"})
 	}()
 	re := regexp.MustCompile(`listening on (\S+), admin API (\S+)`)
 	var addr string

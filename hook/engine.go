@@ -130,19 +130,16 @@ type connState struct {
 const setupUntraced = 16
 
 // setupWrite reports whether an untraced write on the connection is to be
-// reported (one of its first setupUntraced). Writers of one connection
-// take turns, so a plain load and add is enough (a race only miscounts by
-// one); past the limit it is a load.
+// reported (one of its first setupUntraced). The count goes one past the
+// limit, with the first write not reported (see skipRead). Writers of one
+// connection take turns, so a plain load and add is enough (a race only
+// miscounts by one); past that it is a load.
 func (st *connState) setupWrite() bool {
 	n := st.untraced.Load()
-	if n < setupUntraced {
+	if n <= setupUntraced {
 		st.untraced.Store(n + 1)
-		return true
 	}
-	if n == setupUntraced {
-		st.untraced.Store(n + 1) // one went unreported: see skipRead
-	}
-	return false
+	return n < setupUntraced
 }
 
 // skipRead reports whether record mode leaves an outbound read unreported:

@@ -172,10 +172,10 @@ func Current() *Trace {
 	return nil
 }
 
-// Detached is the pprof labels Detach took the trace out of, for Restore.
+// Detached is the pprof labels Detach took the trace out of, for Restore
+// (nil when it changed nothing: labels with a trace are never nil).
 type Detached struct {
 	prev unsafe.Pointer
-	set  bool
 }
 
 // Detach takes the trace label out of the calling goroutine's pprof labels,
@@ -195,12 +195,12 @@ func Detach() Detached {
 		return Detached{}
 	}
 	runtime_setProfLabel(next)
-	return Detached{prev: cur, set: true}
+	return Detached{prev: cur}
 }
 
 // Restore puts back the labels Detach changed.
 func (d Detached) Restore() {
-	if d.set {
+	if d.prev != nil {
 		runtime_setProfLabel(d.prev)
 	}
 }

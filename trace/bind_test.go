@@ -438,7 +438,7 @@ func TestDetach(t *testing.T) {
 		}
 	})
 	d := Detach() // no trace: nothing to do
-	if d.set {
+	if d.prev != nil {
 		t.Error("Detach changed the labels of a goroutine with no trace")
 	}
 	d.Restore()

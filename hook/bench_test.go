@@ -60,12 +60,12 @@ func benchServer(tb testing.TB, source bool) string {
 
 type discardRecorder struct{}
 
-func (discardRecorder) StartRequest(hook.ConnInfo, trace.RequestHead) string { return "" }
-func (discardRecorder) InboundRead(hook.ConnInfo, string, []byte)            {}
-func (discardRecorder) InboundWrite(hook.ConnInfo, string, []byte)           {}
-func (discardRecorder) OutboundWrite(hook.ConnInfo, string, []byte)          {}
-func (discardRecorder) OutboundRead(hook.ConnInfo, []byte)                   {}
-func (discardRecorder) Closed(hook.ConnInfo)                                 {}
+func (discardRecorder) StartRequest(*hook.ConnInfo, trace.RequestHead) string { return "" }
+func (discardRecorder) InboundRead(*hook.ConnInfo, string, []byte)            {}
+func (discardRecorder) InboundWrite(*hook.ConnInfo, string, []byte)           {}
+func (discardRecorder) OutboundWrite(*hook.ConnInfo, string, []byte)          {}
+func (discardRecorder) OutboundRead(*hook.ConnInfo, []byte)                   {}
+func (discardRecorder) Closed(*hook.ConnInfo)                                 {}
 
 type benchCase struct {
 	name   string

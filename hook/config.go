@@ -95,30 +95,30 @@ type Recorder interface {
 	// accepted connection has been read, before the application sees it. It
 	// returns the trace id to bind for this request, or "" when the request
 	// is not sampled (then nothing of it is reported).
-	StartRequest(c ConnInfo, head trace.RequestHead) (tid string)
+	StartRequest(c *ConnInfo, head trace.RequestHead) (tid string)
 	// InboundRead reports bytes the application read on an accepted
 	// connection (Retrace-* headers stripped), with the tid StartRequest
 	// returned for the request they belong to. Bytes of unsampled requests
 	// are not reported.
-	InboundRead(c ConnInfo, tid string, p []byte)
+	InboundRead(c *ConnInfo, tid string, p []byte)
 	// InboundWrite reports bytes of the response the application wrote on
 	// an accepted connection, with the tid of the connection's current
 	// request. Bytes of unsampled requests are not reported.
-	InboundWrite(c ConnInfo, tid string, p []byte)
+	InboundWrite(c *ConnInfo, tid string, p []byte)
 	// OutboundWrite reports bytes written on a dialled connection (the
 	// in-band Retrace-Trace-Id stripped), with the tid of the request that
 	// caused them (from the writing goroutine or the in-band header), ""
 	// if none. Writes with no trace are reported on HTTP connections, and
 	// on others for the connection's first 16 of them (its set-up, when a
 	// pool opened it on a goroutine of its own); later ones are not.
-	OutboundWrite(c ConnInfo, tid string, p []byte)
+	OutboundWrite(c *ConnInfo, tid string, p []byte)
 	// OutboundRead reports bytes read on a dialled connection, on whatever
 	// goroutine read them; on connections that carry no HTTP, reads with
 	// no trace stop being reported with the untraced writes they answer.
-	OutboundRead(c ConnInfo, p []byte)
+	OutboundRead(c *ConnInfo, p []byte)
 	// Closed reports that the application closed the connection (or that
 	// it was garbage collected unclosed).
-	Closed(c ConnInfo)
+	Closed(c *ConnInfo)
 }
 
 // ConnInfo identifies one TCP connection to a Recorder.

@@ -19,10 +19,22 @@ func connRead(c *netConn, b []byte) (int, error) {
 			if st.inbound {
 				return e.inboundRead(st, c, b)
 			}
-			return e.outboundRead(st, c, b)
+			if !e.plainOutboundRead(st) {
+				return e.outboundRead(st, c, b)
+			}
 		}
 	}
-	return netLayoutP.Load().plainRead(c, b)
+	// Reads nothing is done with (the common case on a dialled connection)
+	// call the netFD from here, as net.(*conn).Read does, so that the stack
+	// under the application's Read is no deeper than without the agent:
+	// goroutines grow their stacks at its bottom, and every frame there
+	// makes each growth's copy dearer and some goroutines grow once more.
+	l := netLayoutP.Load()
+	n, err := l.fdRead(c.fd, b)
+	if err != nil {
+		err = l.readError(c.fd, err)
+	}
+	return n, err
 }
 
 func connWrite(c *netConn, b []byte) (int, error) {
@@ -37,7 +49,12 @@ func connWrite(c *netConn, b []byte) (int, error) {
 			return e.outboundWrite(st, c, b)
 		}
 	}
-	return netLayoutP.Load().plainWrite(c, b)
+	l := netLayoutP.Load()
+	n, err := l.fdWrite(c.fd, b) // not plainWrite: one frame less (see connRead)
+	if err != nil {
+		err = l.opError("write", c.fd, err)
+	}
+	return n, err
 }
 
 func connClose(c *netConn) error {
@@ -77,7 +94,10 @@ func (e *engine) inboundRead(st *connState, c *netConn, b []byte) (int, error) {
 	}
 	record := e.cfg.Mode == Record
 	for {
-		n, err := e.l.plainRead(c, b)
+		n, err := e.l.fdRead(c.fd, b) // not plainRead: one frame less (see connRead)
+		if err != nil {
+			err = e.l.readError(c.fd, err)
+		}
 		// A connection that is not HTTP/1.x has nothing to strip, bind or
 		// (having never had a request) report.
 		if n <= 0 || (st.rd.passThrough() && (!record || !st.rd.hasCur)) {
@@ -115,7 +135,7 @@ func (e *engine) parseInbound(st *connState, b []byte, n int) (k int, ok bool) {
 	if e.cfg.Mode == Record {
 		s.attribute(out, noTrace, func(tid string, p []byte) {
 			if tid != "" {
-				e.recordCall("inbound-read", func() { e.cfg.Recorder.InboundRead(st.info, tid, p) })
+				e.recordCall("inbound-read", func() { e.cfg.Recorder.InboundRead(&st.info, tid, p) })
 			}
 		})
 	}
@@ -146,7 +166,7 @@ func (e *engine) startRequest(st *connState, h *trace.RequestHead) string {
 		tid = h.TraceID
 		e.bind(st, tid, h.ReplayTime)
 	case Record:
-		e.recordCall("start-request", func() { tid = e.cfg.Recorder.StartRequest(st.info, *h) })
+		e.recordCall("start-request", func() { tid = e.cfg.Recorder.StartRequest(&st.info, *h) })
 		if tid != "" && !trace.ValidID(tid) {
 			e.reportOnce("recorder-tid", "the recorder returned an invalid trace id; request not traced", "tid", tid)
 			tid = ""
@@ -178,10 +198,14 @@ func (e *engine) recordCall(where string, f func()) {
 func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) {
 	if len(b) > 0 && e.cfg.Mode == Record {
 		if tid := st.tid(); tid != "" {
-			e.recordCall("inbound-write", func() { e.cfg.Recorder.InboundWrite(st.info, tid, b) })
+			e.recordCall("inbound-write", func() { e.cfg.Recorder.InboundWrite(&st.info, tid, b) })
 		}
 	}
-	return e.l.plainWrite(c, b)
+	n, err := e.l.fdWrite(c.fd, b) // not plainWrite: one frame less (see connRead)
+	if err != nil {
+		err = e.l.opError("write", c.fd, err)
+	}
+	return n, err
 }
 
 // outboundRead reads from a dialled connection. A redirected connection
@@ -196,11 +220,20 @@ func (e *engine) outboundRead(st *connState, c *netConn, b []byte) (int, error) 
 			return 0, err
 		}
 	}
-	n, err := e.l.plainRead(c, b)
+	n, err := e.l.fdRead(c.fd, b) // not plainRead: one frame less (see connRead)
+	if err != nil {
+		err = e.l.readError(c.fd, err)
+	}
 	if n > 0 && e.cfg.Mode == Record && !st.skipRead() {
 		e.recordOutboundRead(st, b[:n])
 	}
 	return n, err
+}
+
+// plainOutboundRead reports whether a read on the dialled connection needs
+// nothing from the hook: no preamble to send first, nothing to record.
+func (e *engine) plainOutboundRead(st *connState) bool {
+	return !(st.redirect && !st.preamble.Load()) && (e.cfg.Mode != Record || st.skipRead())
 }
 
 // recordOutboundRead reports an outbound read, recovering its panic (see
@@ -211,7 +244,7 @@ func (e *engine) recordOutboundRead(st *connState, b []byte) {
 			e.recovered("recorder-outbound-read", r)
 		}
 	}()
-	e.cfg.Recorder.OutboundRead(st.info, b)
+	e.cfg.Recorder.OutboundRead(&st.info, b)
 }
 
 // sendPreamble writes the len:0 frame naming the original destination,
@@ -252,7 +285,11 @@ func (e *engine) outboundWrite(st *connState, c *netConn, b []byte) (int, error)
 				e.recordOutboundWrite(st, tid, b)
 			}
 		}
-		return e.l.plainWrite(c, b)
+		n, err := e.l.fdWrite(c.fd, b) // not plainWrite: one frame less (see connRead)
+		if err != nil {
+			err = e.l.opError("write", c.fd, err)
+		}
+		return n, err
 	}
 	return e.outboundWriteSplit(st, c, b)
 }
@@ -267,7 +304,7 @@ func (e *engine) recordOutboundWrite(st *connState, tid string, b []byte) {
 			e.recovered("recorder-outbound-write", r)
 		}
 	}()
-	e.cfg.Recorder.OutboundWrite(st.info, tid, b)
+	e.cfg.Recorder.OutboundWrite(&st.info, tid, b)
 }
 
 // outboundWriteSplit is outboundWrite for a connection whose bytes go
@@ -404,5 +441,5 @@ func (w *outWriter) record(tid string, p []byte) {
 	if w.e.cfg.Mode != Record {
 		return
 	}
-	w.e.recordCall("outbound-write", func() { w.e.cfg.Recorder.OutboundWrite(w.st.info, tid, p) })
+	w.e.recordCall("outbound-write", func() { w.e.cfg.Recorder.OutboundWrite(&w.st.info, tid, p) })
 }

@@ -374,7 +374,7 @@ func (e *engine) forget(st *connState) {
 		rel()
 	}
 	if e.cfg.Mode == Record {
-		e.cfg.Recorder.Closed(st.info)
+		e.cfg.Recorder.Closed(&st.info)
 	}
 }
 

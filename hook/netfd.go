@@ -184,7 +184,10 @@ func (l *netLayout) fdRaddr(fd unsafe.Pointer) net.Addr {
 	return *(*net.Addr)(unsafe.Add(fd, l.raddr))
 }
 
-// opError wraps err the way net.(*conn) methods do.
+// opError wraps err the way net.(*conn) methods do. Not inlined: it would
+// make the frames of the hot paths that call it larger (see connRead).
+//
+//go:noinline
 func (l *netLayout) opError(op string, fd unsafe.Pointer, err error) error {
 	return &net.OpError{Op: op, Net: l.fdNet(fd), Source: l.fdLaddr(fd), Addr: l.fdRaddr(fd), Err: err}
 }
@@ -193,10 +196,20 @@ func (l *netLayout) opError(op string, fd unsafe.Pointer, err error) error {
 
 func (l *netLayout) plainRead(c *netConn, b []byte) (int, error) {
 	n, err := l.fdRead(c.fd, b)
-	if err != nil && err != io.EOF {
-		err = l.opError("read", c.fd, err)
+	if err != nil {
+		err = l.readError(c.fd, err)
 	}
 	return n, err
+}
+
+// readError is the error net.(*conn).Read returns for the netFD's err.
+//
+//go:noinline
+func (l *netLayout) readError(fd unsafe.Pointer, err error) error {
+	if err == io.EOF {
+		return err
+	}
+	return l.opError("read", fd, err)
 }
 
 func (l *netLayout) plainWrite(c *netConn, b []byte) (int, error) {

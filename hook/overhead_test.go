@@ -13,12 +13,12 @@ import (
 
 type nopRecorder struct{}
 
-func (nopRecorder) StartRequest(ConnInfo, trace.RequestHead) string { return "" }
-func (nopRecorder) InboundRead(ConnInfo, string, []byte)            {}
-func (nopRecorder) InboundWrite(ConnInfo, string, []byte)           {}
-func (nopRecorder) OutboundWrite(ConnInfo, string, []byte)          {}
-func (nopRecorder) OutboundRead(ConnInfo, []byte)                   {}
-func (nopRecorder) Closed(ConnInfo)                                 {}
+func (nopRecorder) StartRequest(*ConnInfo, trace.RequestHead) string { return "" }
+func (nopRecorder) InboundRead(*ConnInfo, string, []byte)            {}
+func (nopRecorder) InboundWrite(*ConnInfo, string, []byte)           {}
+func (nopRecorder) OutboundWrite(*ConnInfo, string, []byte)          {}
+func (nopRecorder) OutboundRead(*ConnInfo, []byte)                   {}
+func (nopRecorder) Closed(*ConnInfo)                                 {}
 
 // BenchmarkHookOverhead measures what the hooks add to one Read or Write,
 // without the system call: the netFD Read/Write of the benchmark's

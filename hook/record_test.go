@@ -59,7 +59,7 @@ func (r *testRecorder) note(kind, tid string, p []byte) {
 	}
 }
 
-func (r *testRecorder) StartRequest(c hook.ConnInfo, h trace.RequestHead) string {
+func (r *testRecorder) StartRequest(c *hook.ConnInfo, h trace.RequestHead) string {
 	if r.panics {
 		panic("recorder exploded in StartRequest")
 	}
@@ -78,13 +78,13 @@ func (r *testRecorder) StartRequest(c hook.ConnInfo, h trace.RequestHead) string
 	return id
 }
 
-func (r *testRecorder) InboundRead(c hook.ConnInfo, tid string, p []byte) {
+func (r *testRecorder) InboundRead(c *hook.ConnInfo, tid string, p []byte) {
 	r.note("inbound-read", tid, p)
 }
-func (r *testRecorder) InboundWrite(c hook.ConnInfo, tid string, p []byte) {
+func (r *testRecorder) InboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	r.note("inbound-write", tid, p)
 }
-func (r *testRecorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
+func (r *testRecorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	if c.Inbound {
 		panic("OutboundWrite on an inbound connection")
 	}
@@ -96,7 +96,7 @@ func (r *testRecorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
 	r.mu.Unlock()
 	r.note("outbound-write", tid, p)
 }
-func (r *testRecorder) OutboundRead(c hook.ConnInfo, p []byte) {
+func (r *testRecorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 	if r.panics {
 		panic("recorder exploded in OutboundRead")
 	}
@@ -108,7 +108,7 @@ func (r *testRecorder) OutboundRead(c hook.ConnInfo, p []byte) {
 	}
 	r.mu.Unlock()
 }
-func (r *testRecorder) Closed(c hook.ConnInfo) {
+func (r *testRecorder) Closed(c *hook.ConnInfo) {
 	if r.panics {
 		panic("recorder exploded in Closed")
 	}

@@ -29,11 +29,11 @@ type reportedWrite struct {
 	p   []byte
 }
 
-func (r *writeRecorder) StartRequest(hook.ConnInfo, trace.RequestHead) string { return "" }
-func (r *writeRecorder) InboundRead(hook.ConnInfo, string, []byte)            {}
-func (r *writeRecorder) InboundWrite(hook.ConnInfo, string, []byte)           {}
-func (r *writeRecorder) Closed(hook.ConnInfo)                                 {}
-func (r *writeRecorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
+func (r *writeRecorder) StartRequest(*hook.ConnInfo, trace.RequestHead) string { return "" }
+func (r *writeRecorder) InboundRead(*hook.ConnInfo, string, []byte)            {}
+func (r *writeRecorder) InboundWrite(*hook.ConnInfo, string, []byte)           {}
+func (r *writeRecorder) Closed(*hook.ConnInfo)                                 {}
+func (r *writeRecorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	if c.Remote == r.dst {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -41,7 +41,7 @@ func (r *writeRecorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
 	}
 }
 
-func (r *writeRecorder) OutboundRead(c hook.ConnInfo, _ []byte) {
+func (r *writeRecorder) OutboundRead(c *hook.ConnInfo, _ []byte) {
 	if c.Remote == r.dst {
 		r.mu.Lock()
 		defer r.mu.Unlock()

@@ -72,7 +72,7 @@ func (c *call) snapshot(base int64) recording.Call {
 		RequestTruncated: c.req.truncated, ResponseTruncated: c.resp.truncated}
 }
 
-func (r *Recorder) outConn(c hook.ConnInfo) *outConn {
+func (r *Recorder) outConn(c *hook.ConnInfo) *outConn {
 	if oc, ok := r.outConns.get(c.ID); ok {
 		return oc
 	}
@@ -92,7 +92,7 @@ func (r *Recorder) newOutConn(id uint64, dst string) *outConn {
 // OutboundWrite adds request bytes to the connection's current call, or
 // starts the next call: after the current one has had answers, or when the
 // bytes are charged to another trace.
-func (r *Recorder) OutboundWrite(c hook.ConnInfo, tid string, p []byte) {
+func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	if len(p) == 0 {
 		return
 	}
@@ -182,7 +182,7 @@ func place(oc *outConn, c *call, a *active) {
 }
 
 // OutboundRead adds answer bytes to the connection's current call.
-func (r *Recorder) OutboundRead(c hook.ConnInfo, p []byte) {
+func (r *Recorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 	if len(p) == 0 {
 		return
 	}

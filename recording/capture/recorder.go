@@ -161,7 +161,7 @@ type active struct {
 }
 
 // StartRequest samples the request and, when sampled, starts its session.
-func (r *Recorder) StartRequest(c hook.ConnInfo, head trace.RequestHead) string {
+func (r *Recorder) StartRequest(c *hook.ConnInfo, head trace.RequestHead) string {
 	if !r.pipe.Sample() {
 		return ""
 	}
@@ -203,7 +203,7 @@ func (r *Recorder) session(tid string) *active {
 }
 
 // InboundRead adds request bytes to the session.
-func (r *Recorder) InboundRead(c hook.ConnInfo, tid string, p []byte) {
+func (r *Recorder) InboundRead(c *hook.ConnInfo, tid string, p []byte) {
 	a, ok := r.sessions.get(tid)
 	if !ok {
 		return
@@ -217,7 +217,7 @@ func (r *Recorder) InboundRead(c hook.ConnInfo, tid string, p []byte) {
 
 // InboundWrite adds response bytes to the session and ends it when the
 // response is complete.
-func (r *Recorder) InboundWrite(c hook.ConnInfo, tid string, p []byte) {
+func (r *Recorder) InboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	a, ok := r.sessions.get(tid)
 	if !ok {
 		return
@@ -236,7 +236,7 @@ func (r *Recorder) InboundWrite(c hook.ConnInfo, tid string, p []byte) {
 
 // Closed ends the session of an inbound connection (a response delimited
 // by the close) or forgets a dialled connection.
-func (r *Recorder) Closed(c hook.ConnInfo) {
+func (r *Recorder) Closed(c *hook.ConnInfo) {
 	if !c.Inbound {
 		if oc, ok := r.outConns.take(c.ID); ok {
 			oc.mu.Lock()

@@ -61,10 +61,10 @@ func newTestRecorder(t *testing.T, rate float64, maxPayload int) (*Recorder, *si
 }
 
 var (
-	inConn = hook.ConnInfo{ID: 1, Inbound: true, Local: "127.0.0.1:8080", Remote: "127.0.0.1:5000"}
-	rdConn = hook.ConnInfo{ID: 2, Local: "127.0.0.1:5001", Remote: "127.0.0.1:6379"}
-	myConn = hook.ConnInfo{ID: 3, Local: "127.0.0.1:5002", Remote: "127.0.0.1:3306"}
-	htConn = hook.ConnInfo{ID: 4, Local: "127.0.0.1:5003", Remote: "127.0.0.1:9000"}
+	inConn = &hook.ConnInfo{ID: 1, Inbound: true, Local: "127.0.0.1:8080", Remote: "127.0.0.1:5000"}
+	rdConn = &hook.ConnInfo{ID: 2, Local: "127.0.0.1:5001", Remote: "127.0.0.1:6379"}
+	myConn = &hook.ConnInfo{ID: 3, Local: "127.0.0.1:5002", Remote: "127.0.0.1:3306"}
+	htConn = &hook.ConnInfo{ID: 4, Local: "127.0.0.1:5003", Remote: "127.0.0.1:9000"}
 )
 
 const (
@@ -74,7 +74,7 @@ const (
 
 // request runs one inbound request through r: head, then body() (the
 // downstream work, on a goroutine bound to the trace), then the response.
-func request(t *testing.T, r *Recorder, c hook.ConnInfo, head trace.RequestHead, body func(tid string)) string {
+func request(t *testing.T, r *Recorder, c *hook.ConnInfo, head trace.RequestHead, body func(tid string)) string {
 	t.Helper()
 	if head.Method == "" {
 		head.Method = "GET"
@@ -224,7 +224,7 @@ func TestTraceParentNamesTheSession(t *testing.T) {
 	var inner string
 	outer := request(t, r, inConn, trace.RequestHead{TraceParent: tp}, func(string) {
 		// a second request of the same distributed trace while the first runs
-		c2 := hook.ConnInfo{ID: 9, Inbound: true}
+		c2 := &hook.ConnInfo{ID: 9, Inbound: true}
 		inner = request(t, r, c2, trace.RequestHead{TraceParent: tp}, func(string) {})
 	})
 	settle(t, r)
@@ -265,7 +265,7 @@ func TestMaxActive(t *testing.T) {
 	require.NoError(t, err)
 	defer r.Close(context.Background())
 	for i := range 3 {
-		tid := r.StartRequest(hook.ConnInfo{ID: uint64(10 + i), Inbound: true}, trace.RequestHead{Method: "GET"})
+		tid := r.StartRequest(&hook.ConnInfo{ID: uint64(10 + i), Inbound: true}, trace.RequestHead{Method: "GET"})
 		assert.Equal(t, i < 2, tid != "", "request %d", i)
 	}
 	assert.EqualValues(t, 1, r.Stats().Overflow)
@@ -469,7 +469,7 @@ func TestStmtCloseAfterPrepareReadInPieces(t *testing.T) {
 	prepare := "\x0b\x00\x00\x00\x16SELECT ?+1"
 	prepareOK := "\x0c\x00\x00\x01\x00\x07\x00\x00\x00\x01\x00\x01\x00\x00\x00\x00" // statement 7
 	closeStmt := "\x05\x00\x00\x00\x19\x07\x00\x00\x00"
-	other := hook.ConnInfo{ID: 5, Inbound: true, Local: "127.0.0.1:8080", Remote: "127.0.0.1:5004"}
+	other := &hook.ConnInfo{ID: 5, Inbound: true, Local: "127.0.0.1:8080", Remote: "127.0.0.1:5004"}
 	for _, piece := range []int{1, 3, 5, 16} {
 		t.Run(fmt.Sprint(piece), func(t *testing.T) {
 			r, out := newTestRecorder(t, 1, -1)

@@ -14,25 +14,32 @@ func connRead(c *netConn, b []byte) (int, error) {
 	if c == nil || c.fd == nil {
 		return 0, syscall.EINVAL
 	}
-	if e := active.Load(); e != nil {
-		if st := e.state(c.fd); st != nil && !st.broken.Load() {
+	var e *engine
+	var st *connState
+	record := false
+	if e = active.Load(); e != nil {
+		if st = e.state(c.fd); st != nil && !st.broken.Load() {
 			if st.inbound {
 				return e.inboundRead(st, c, b)
 			}
-			if !e.plainOutboundRead(st) {
+			if st.redirect && !st.preamble.Load() {
 				return e.outboundRead(st, c, b)
 			}
+			record = e.cfg.Mode == Record && !st.skipRead()
 		}
 	}
-	// Reads nothing is done with (the common case on a dialled connection)
-	// call the netFD from here, as net.(*conn).Read does, so that the stack
-	// under the application's Read is no deeper than without the agent:
-	// goroutines grow their stacks at its bottom, and every frame there
-	// makes each growth's copy dearer and some goroutines grow once more.
+	// Reads on dialled connections call the netFD from here, as
+	// net.(*conn).Read does, so that the stack under the application's Read
+	// is no deeper than without the agent: goroutines grow their stacks at
+	// its bottom, and every frame there makes each growth's copy dearer and
+	// some goroutines grow once more.
 	l := netLayoutP.Load()
 	n, err := l.fdRead(c.fd, b)
 	if err != nil {
 		err = l.readError(c.fd, err)
+	}
+	if record && n > 0 {
+		e.recordOutboundRead(st, b[:n])
 	}
 	return n, err
 }
@@ -46,11 +53,14 @@ func connWrite(c *netConn, b []byte) (int, error) {
 			if st.inbound {
 				return e.inboundWrite(st, c, b)
 			}
-			return e.outboundWrite(st, c, b)
+			if !e.plainOutboundWrite(st, b) {
+				return e.outboundWriteSplit(st, c, b)
+			}
 		}
 	}
+	// As in connRead, the netFD is called from here.
 	l := netLayoutP.Load()
-	n, err := l.fdWrite(c.fd, b) // not plainWrite: one frame less (see connRead)
+	n, err := l.fdWrite(c.fd, b)
 	if err != nil {
 		err = l.opError("write", c.fd, err)
 	}
@@ -208,32 +218,21 @@ func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) 
 	return n, err
 }
 
-// outboundRead reads from a dialled connection. A redirected connection
-// sends its preamble first (protocols where the server speaks first have
-// the client read before it writes).
+// outboundRead is the first read of a redirected connection whose
+// preamble has not been sent: protocols where the server speaks first have
+// the client read before it writes. Later reads are connRead's.
 func (e *engine) outboundRead(st *connState, c *netConn, b []byte) (int, error) {
-	if st.redirect && !st.preamble.Load() {
-		st.wmu.Lock()
-		err := e.sendPreamble(st, c)
-		st.wmu.Unlock()
-		if err != nil {
-			return 0, err
-		}
-	}
-	n, err := e.l.fdRead(c.fd, b) // not plainRead: one frame less (see connRead)
+	st.wmu.Lock()
+	err := e.sendPreamble(st, c)
+	st.wmu.Unlock()
 	if err != nil {
-		err = e.l.readError(c.fd, err)
+		return 0, err
 	}
+	n, err := e.l.plainRead(c, b)
 	if n > 0 && e.cfg.Mode == Record && !st.skipRead() {
 		e.recordOutboundRead(st, b[:n])
 	}
 	return n, err
-}
-
-// plainOutboundRead reports whether a read on the dialled connection needs
-// nothing from the hook: no preamble to send first, nothing to record.
-func (e *engine) plainOutboundRead(st *connState) bool {
-	return !(st.redirect && !st.preamble.Load()) && (e.cfg.Mode != Record || st.skipRead())
 }
 
 // recordOutboundRead reports an outbound read, recovering its panic (see
@@ -270,28 +269,24 @@ func validOrEmpty(tid string) string {
 	return ""
 }
 
-// outboundWrite writes on a dialled connection: the in-band
-// Retrace-Trace-Id the Transport hook added is stripped and becomes the
-// trace of the request's bytes; other bytes are charged to the writing
-// goroutine's trace. On a redirected connection every piece is sent as a
-// frame. Write returns the application's byte count.
-func (e *engine) outboundWrite(st *connState, c *netConn, b []byte) (int, error) {
-	record := e.cfg.Mode == Record
-	if !st.redirect && (st.broken.Load() || st.wr.passThrough()) {
-		// The common untraced case: a plain connection with no HTTP to strip.
-		if len(b) > 0 && record && !st.broken.Load() {
-			tid := trace.CurrentID()
-			if tid != "" || st.setupWrite() {
-				e.recordOutboundWrite(st, tid, b)
-			}
-		}
-		n, err := e.l.fdWrite(c.fd, b) // not plainWrite: one frame less (see connRead)
-		if err != nil {
-			err = e.l.opError("write", c.fd, err)
-		}
-		return n, err
+// plainOutboundWrite reports whether a write on a dialled connection goes
+// out as it is (a plain connection with no HTTP to strip: the common case),
+// having reported it first in record mode; if not, outboundWriteSplit
+// writes it: the in-band Retrace-Trace-Id the Transport hook added is
+// stripped and becomes the trace of the request's bytes, other bytes are
+// charged to the writing goroutine's trace, and on a redirected connection
+// every piece is sent as a frame.
+func (e *engine) plainOutboundWrite(st *connState, b []byte) bool {
+	if st.redirect || !(st.broken.Load() || st.wr.passThrough()) {
+		return false
 	}
-	return e.outboundWriteSplit(st, c, b)
+	if len(b) > 0 && e.cfg.Mode == Record && !st.broken.Load() {
+		tid := trace.CurrentID()
+		if tid != "" || st.setupWrite() {
+			e.recordOutboundWrite(st, tid, b)
+		}
+	}
+	return true
 }
 
 // recordOutboundWrite reports an outbound write, recovering its panic
@@ -307,11 +302,9 @@ func (e *engine) recordOutboundWrite(st *connState, tid string, b []byte) {
 	e.cfg.Recorder.OutboundWrite(&st.info, tid, b)
 }
 
-// outboundWriteSplit is outboundWrite for a connection whose bytes go
-// through its stream (HTTP, or redirected); kept out of line so that the
-// common case's frame stays small.
-//
-//go:noinline
+// outboundWriteSplit writes on a dialled connection whose bytes go through
+// its stream (HTTP, or redirected) and returns the application's byte
+// count.
 func (e *engine) outboundWriteSplit(st *connState, c *netConn, b []byte) (int, error) {
 	st.wmu.Lock()
 	defer st.wmu.Unlock()

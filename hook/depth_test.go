@@ -11,21 +11,88 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/trace"
 )
 
-// TestUnreportedReadAddsNoFrame checks that a read the hook has nothing to
-// do with (record mode, a raw connection past its set-up, no trace) runs
+// TestReadAddsNoFrame checks that a read on a dialled connection runs
 // net.(*netFD).Read straight from the hook's double of net.(*conn).Read, as
-// the original does: goroutines grow their stacks at the bottom of such
-// reads, and each frame the agent put there would make every growth's copy
-// dearer (and some goroutines grow once more).
-func TestUnreportedReadAddsNoFrame(t *testing.T) {
-	rec := &writeRecorder{}
-	install(t, hook.Config{Mode: hook.Record, Recorder: rec})
+// the original does, whether the hook reports it (a traced read in record
+// mode) or not (a raw connection past its set-up, no trace): goroutines grow
+// their stacks at the bottom of such reads, and each frame the agent put
+// there would make every growth's copy dearer (and some goroutines grow
+// once more).
+func TestReadAddsNoFrame(t *testing.T) {
+	t.Run("unreported", func(t *testing.T) { testReadFrames(t, false) })
+	t.Run("reported", func(t *testing.T) { testReadFrames(t, true) })
+}
 
+// TestWriteAddsNoFrame is TestReadAddsNoFrame for a write (a traced one,
+// reported before it goes out) that blocks because the server reads
+// nothing.
+func TestWriteAddsNoFrame(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
+	rec := &writeRecorder{dst: ln.Addr().String()}
+	install(t, hook.Config{Mode: hook.Record, Recorder: rec})
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+		close(accepted)
+	}()
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	sc := <-accepted
+	require.NotNil(t, sc)
+	require.NoError(t, c.(*net.TCPConn).SetWriteBuffer(4<<10))
+	require.NoError(t, sc.(*net.TCPConn).SetReadBuffer(4<<10))
+
+	_, err = c.Write([]byte("ping\n")) // the connection is seen to carry no HTTP
+	require.NoError(t, err)
+	big := make([]byte, 64<<20) // more than loopback buffers hold
+	blocked := make(chan error, 1)
+	go func() {
+		defer trace.Bind(&trace.Trace{ID: "rt0123456789abcdef"})()
+		blockedWriter(c, big, blocked)
+	}()
+	var frames []string
+	require.Eventually(t, func() bool {
+		frames = framesBetween("hook_test.blockedWriter", "net.(*netFD).Write")
+		return frames != nil
+	}, 5*time.Second, 5*time.Millisecond, "no goroutine blocked in blockedWriter's write")
+	require.Equal(t, []string{"github.com/retrace-dev/retrace/hook.connWrite"}, frames,
+		"frames between the application's Write and net.(*netFD).Write")
+
+	sc.Close() // the write fails
+	require.Error(t, <-blocked)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Len(t, rec.writes, 1)
+	for _, ws := range rec.writes {
+		require.Equal(t, "rt0123456789abcdef", ws[len(ws)-1].tid, "the traced write must be reported")
+	}
+}
+
+// blockedWriter writes b on c (the caller's stack dump finds it by name).
+//
+//go:noinline
+func blockedWriter(c net.Conn, b []byte, done chan<- error) {
+	_, err := c.Write(b)
+	done <- err
+}
+
+func testReadFrames(t *testing.T, traced bool) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	rec := &writeRecorder{dst: ln.Addr().String()}
+	install(t, hook.Config{Mode: hook.Record, Recorder: rec})
+
 	release := make(chan struct{})
 	served := make(chan struct{})
 	go func() {
@@ -45,6 +112,7 @@ func TestUnreportedReadAddsNoFrame(t *testing.T) {
 			}
 		}
 		<-release
+		_, _ = c.Write([]byte("bye\n"))
 	}()
 
 	c, err := net.Dial("tcp", ln.Addr().String())
@@ -59,7 +127,12 @@ func TestUnreportedReadAddsNoFrame(t *testing.T) {
 	}
 
 	blocked := make(chan error, 1)
-	go blockedReader(c, blocked)
+	go func() {
+		if traced {
+			defer trace.Bind(&trace.Trace{ID: "rt0123456789abcdef"})()
+		}
+		blockedReader(c, blocked)
+	}()
 	var frames []string
 	require.Eventually(t, func() bool {
 		frames = framesBetween("hook_test.blockedReader", "net.(*netFD).Read")
@@ -70,7 +143,18 @@ func TestUnreportedReadAddsNoFrame(t *testing.T) {
 
 	close(release)
 	<-served
-	require.Error(t, <-blocked) // the server closed the connection
+	require.NoError(t, <-blocked)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Len(t, rec.reads, 1)
+	for _, tids := range rec.reads {
+		last := tids[len(tids)-1]
+		if traced {
+			require.Equal(t, "rt0123456789abcdef", last, "the traced read must be reported")
+		} else {
+			require.Empty(t, last, "the last read reported is one of the set-up's")
+		}
+	}
 }
 
 // blockedReader reads c until the read fails (the caller's stack dump finds

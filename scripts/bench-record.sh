@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Record-mode cost, over several runs of BenchmarkFanOutRatio (the example
+# fan-out service with the agent off, recording 100% and recording 1%, side
+# by side; see docs/recording.md#record-mode-overhead). With a git revision,
+# the revision's build and the working tree's alternate run by run, so that
+# a change's effect is measured against its baseline in the same session of
+# the same machine.
+#
+#   scripts/bench-record.sh              6 runs of the working tree
+#   scripts/bench-record.sh 8 HEAD~1     8 runs each, HEAD~1 and the working tree
+#
+# Needs the Redis and MariaDB of the tests: RETRACE_TEST_REDIS and
+# RETRACE_TEST_MYSQL as for `go test` (docs/recording.md). One run takes
+# about 20 s. It prints each run's ratios to the agent off (throughput, and
+# CPU per request off over mode), then their mean and standard deviation
+# per build; a single run's ratio moves by about ±5% on a busy 2-core VM.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${1:-6}
+BASE=${2:-}
+if ! [[ "$RUNS" =~ ^[1-9][0-9]*$ ]]; then
+	echo "bench-record: RUNS must be a positive number; got $RUNS" >&2
+	exit 2
+fi
+if [ -z "${RETRACE_TEST_REDIS:-}" ] || [ -z "${RETRACE_TEST_MYSQL:-}" ]; then
+	echo "bench-record: set RETRACE_TEST_REDIS and RETRACE_TEST_MYSQL (see docs/recording.md)" >&2
+	exit 2
+fi
+
+work=$(mktemp -d /tmp/retrace-bench-record.XXXXXX)
+cleanup() {
+	if [ -d "$work/base" ]; then git worktree remove --force "$work/base" >/dev/null 2>&1 || true; fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+builds=(tree)
+go test -c -o "$work/tree.test" ./recording/capture/
+if [ -n "$BASE" ]; then
+	rev=$(git rev-parse --verify --quiet "$BASE^{commit}") || {
+		echo "bench-record: $BASE is not a git revision" >&2
+		exit 2
+	}
+	git worktree add --detach "$work/base" "$rev" >/dev/null 2>&1
+	(cd "$work/base" && go test -c -o "$work/base.test" ./recording/capture/)
+	builds=(base tree)
+fi
+
+for i in $(seq "$RUNS"); do
+	for b in "${builds[@]}"; do
+		printf '%s run %d/%d: ' "$b" "$i" "$RUNS" >&2
+		line=$(cd recording/capture && "$work/$b.test" -test.run '^$' -test.bench 'FanOutRatio$' -test.benchtime 1x 2>&1 |
+			grep '^BenchmarkFanOutRatio' || true)
+		if [ -z "$line" ]; then
+			echo "failed" >&2
+			exit 1
+		fi
+		echo "$line" | tr '\t' '\n' | awk -v b="$b" '
+			$2 == "ratio-100%" || $2 == "ratio-1%" || $2 == "cpu-ratio-100%" || $2 == "cpu-ratio-1%" { m[$2] = $1 }
+			END { printf "%s ratio-100%%=%s ratio-1%%=%s cpu-ratio-100%%=%s cpu-ratio-1%%=%s\n", b, m["ratio-100%"], m["ratio-1%"], m["cpu-ratio-100%"], m["cpu-ratio-1%"] }' |
+			tee -a "$work/runs" >&2
+	done
+done
+
+echo
+awk '{
+	for (i = 2; i <= NF; i++) {
+		split($i, kv, "=")
+		k = $1 " " kv[1]; n[k]++; s[k] += kv[2]; q[k] += kv[2] * kv[2]
+	}
+} END {
+	for (k in n) {
+		mean = s[k] / n[k]
+		sd = n[k] > 1 ? sqrt((q[k] - n[k] * mean * mean) / (n[k] - 1)) : 0
+		printf "%-24s mean %.3f  sd %.3f  (%d runs)\n", k, mean, sd, n[k]
+	}
+}' "$work/runs" | sort

@@ -15,7 +15,7 @@
 // A sample is the agent's when its outermost frame of the agent's packages
 // has no original work under it: the netFD's reads and writes, and
 // net/http's round trip, are the application's own whether or not a hook
-// called them. Stack growth (runtime.newstack) is counted apart, wherever
+// called them (the recorder's writes to its files are the agent's). Stack growth (runtime.newstack) is counted apart, wherever
 // it happens: goroutines grow with or without the agent, and the agent's
 // frames mostly move the place where they do; what the agent adds is the
 // difference with the mode "off".
@@ -127,8 +127,10 @@ var (
 	// tests, whose services are the application).
 	agentFunc = regexp.MustCompile(`^github\.com/retrace-dev/retrace/(hook|trace|goid|recording)(/[a-z]+)*\.`)
 	testFunc  = regexp.MustCompile(`_test\.`)
-	// originalFunc matches the application's own work that hooks call.
-	originalFunc = regexp.MustCompile(`^(net\.\(\*netFD\)\.(Read|Write|Close)|internal/poll\.\(\*FD\)\.(Read|Write)|net/http\.\(\*Transport\)\.roundTrip)$`)
+	// originalFunc matches the application's own work that hooks call
+	// (not internal/poll, which the recorder's file writes go through
+	// too).
+	originalFunc = regexp.MustCompile(`^(net\.\(\*netFD\)\.(Read|Write|Close)|net/http\.\(\*Transport\)\.roundTrip)$`)
 )
 
 // cost is one mode's CPU, split as the package comment says.

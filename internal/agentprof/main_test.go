@@ -66,16 +66,20 @@ func TestClassify(t *testing.T) {
 		sample{20, []string{"runtime.copystack", "runtime.newstack", connWrite, handler}},
 		// stack growth in the application: not the agent's
 		sample{10, []string{"runtime.copystack", "runtime.newstack", "strings.LastIndex", handler}},
+		// the recorder's own file writes: the agent's
+		sample{10, []string{"syscall.write", "internal/poll.(*FD).Write", "os.(*File).Write",
+			"github.com/retrace-dev/retrace/recording.(*DirStore).Write", "github.com/retrace-dev/retrace/recording.(*pipelineWriter).run"}},
 		// the test's service is the application, not the agent
 		sample{40, []string{"encoding/json.Marshal", handler, "net/http.(*conn).serve"}},
 	)
 	c := classify(p, 2)
-	require.Equal(t, 150*time.Millisecond, c.total)
-	require.Equal(t, 30*time.Millisecond, c.agent)
+	require.Equal(t, 160*time.Millisecond, c.total)
+	require.Equal(t, 40*time.Millisecond, c.agent)
 	require.Equal(t, 20*time.Millisecond, c.agentGrowth)
 	require.Equal(t, 30*time.Millisecond, c.growth)
 	require.Equal(t, map[string]time.Duration{
-		"hook.connWrite > recording/capture.(*Recorder).OutboundWrite": 30 * time.Millisecond,
+		"hook.connWrite > recording/capture.(*Recorder).OutboundWrite":  30 * time.Millisecond,
+		"recording.(*pipelineWriter).run > recording.(*DirStore).Write": 10 * time.Millisecond,
 	}, c.paths)
 }
 

@@ -87,8 +87,31 @@ func (e *engine) closing(c *netConn) {
 	// descriptor would race with a concurrent Close, and the next connect
 	// of the same descriptor number overwrites it anyway.
 	if st := e.conns.remove(uintptr(c.fd), 0, true); st != nil {
+		if !st.inbound {
+			e.flushHeld(st, c)
+		}
 		e.forget(st)
 	}
+}
+
+// flushHeld sends, when the application closes a dialled connection, the
+// bytes its stream still holds of a request head in progress (see
+// stream.attribute): the application wrote them, and the peer gets them
+// as it would without the agent. They are charged to the closing
+// goroutine's trace. (The parser's own few bytes that may start a
+// Retrace-* header line stay back: that request cannot be served anyway.)
+func (e *engine) flushHeld(st *connState, c *netConn) {
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	s := st.wr
+	if !s.holding || len(s.held) == 0 || st.broken.Load() {
+		return
+	}
+	held := s.held
+	s.held, s.holding = nil, false
+	w := outWriter{e: e, st: st, c: c}
+	w.piece(validOrEmpty(trace.CurrentID()), held)
+	w.flush()
 }
 
 // inboundRead reads from an accepted connection: Retrace-* headers are
@@ -324,6 +347,14 @@ func (e *engine) outboundWriteSplit(st *connState, c *netConn, b []byte) (int, e
 	if w.err != nil {
 		return min(w.sent, len(b)), w.err
 	}
+	if !w.wrote && len(b) > 0 {
+		// Every byte was held back (a request head in progress) or
+		// stripped. A write of nothing still fails on a closed connection
+		// or past the write deadline, as this Write would without the agent.
+		if _, err := e.l.fdWrite(c.fd, nil); err != nil {
+			return 0, e.l.opError("write", c.fd, err)
+		}
+	}
 	return len(b), nil
 }
 
@@ -375,8 +406,9 @@ type outWriter struct {
 	st    *connState
 	c     *netConn
 	err   error
-	sent  int // payload bytes sent
-	batch int // payload bytes in st.wbuf
+	sent  int  // payload bytes sent
+	batch int  // payload bytes in st.wbuf
+	wrote bool // a write was made (or failed)
 }
 
 const batchMax = 16 << 10
@@ -411,6 +443,7 @@ func (w *outWriter) piece(tid string, p []byte) {
 }
 
 func (w *outWriter) write(p []byte) {
+	w.wrote = true
 	if _, err := w.e.l.plainWrite(w.c, p); err != nil {
 		w.err = err
 	}

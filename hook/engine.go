@@ -340,9 +340,9 @@ func (e *engine) newState(fd unsafe.Pointer) *connState {
 		}
 	}
 	if st.inbound {
-		st.rd = newStream()
+		st.rd = newStream(false)
 	} else {
-		st.wr = newStream()
+		st.wr = newStream(true)
 	}
 	e.conns.put(st)
 	counters.conns.Add(1)

@@ -28,10 +28,15 @@ type stream struct {
 	hasCur  bool   // a request head has been seen
 	holding bool   // held has the start of a head still in progress
 	held    []byte
+	// writes: the stream follows what the application writes, and held
+	// bytes wait to go out (not only to be reported)
+	writes bool
 }
 
-func newStream() *stream {
-	s := &stream{}
+// newStream returns a stream for the bytes an application reads, or with
+// writes set, for those it writes.
+func newStream(writes bool) *stream {
+	s := &stream{writes: writes}
 	s.cb = s.onRequest
 	return s
 }
@@ -87,9 +92,15 @@ func (s *stream) attribute(out []byte, fallback func() string, emit func(tid str
 		s.cur, s.hasCur = s.events[i].tid, true
 		pos = at
 	}
-	if start, ok := s.p.HeadStart(); ok {
+	if start, ok := s.p.HeadStart(); ok && (!s.writes || s.p.LikelyHTTP()) {
 		// a head in progress: from its first byte on, the bytes wait for
-		// it to end and name its trace (up to holdLimit of them)
+		// it to end and name its trace (up to holdLimit of them). Written
+		// bytes wait to go out, so only once the head looks like HTTP (an
+		// upper-case method and its space): the message of another
+		// protocol would wait there for bytes that never come. HTTP
+		// clients write the request line's start in one piece; reads, which
+		// TCP may cut anywhere, are held from the first byte (only their
+		// report waits).
 		at := min(max(start+base, pos), len(data))
 		if len(data)-at < holdLimit {
 			if at > pos {

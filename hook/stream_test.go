@@ -12,7 +12,7 @@ import (
 // returns what the parser output and what attribute handed on, with the
 // traces of the pieces.
 func feedAll(data []byte, cuts []byte) (outs, emitted []byte, tids []string, s *stream) {
-	s = newStream()
+	s = newStream(false)
 	for len(data) > 0 {
 		n := len(data)
 		if len(cuts) > 0 {
@@ -35,8 +35,13 @@ func feedAll(data []byte, cuts []byte) (outs, emitted []byte, tids []string, s *
 
 // feedChunks feeds the chunks in order and returns the parser's output and
 // the pieces attribute handed on, with their traces and lengths.
+// The stream follows reads (cut anywhere by TCP); see
+// TestStreamWrites for writes.
 func feedChunks(chunks [][]byte) (outs, emitted []byte, tids []string, lens []int) {
-	s := newStream()
+	return feedChunksTo(newStream(false), chunks)
+}
+
+func feedChunksTo(s *stream, chunks [][]byte) (outs, emitted []byte, tids []string, lens []int) {
 	for _, chunk := range chunks {
 		out := s.feed(chunk)
 		outs = append(outs, out...)
@@ -163,4 +168,51 @@ func FuzzStream(f *testing.F) {
 			t.Fatalf("chunked output %q != whole output %q", outs, ref)
 		}
 	})
+}
+
+// TestStreamWrites: a stream of written bytes charges each request's head
+// whole once its method and the space after it are in (HTTP clients write
+// that much in one piece, and more), and hands on at once the bytes of
+// anything that does not look like HTTP, which would otherwise wait for
+// bytes that never come.
+func TestStreamWrites(t *testing.T) {
+	reqs := []struct{ tid, text string }{
+		{"rtaaaaaaaaaaaaaaaa", "GET /rtaaaaaaaaaaaaaaaa HTTP/1.1\r\nHost: x\r\nRetrace-Trace-Id: rtaaaaaaaaaaaaaaaa\r\n\r\n"},
+		{"rtbbbbbbbbbbbbbbbb", "POST /rtbbbbbbbbbbbbbbbb HTTP/1.1\r\nRetrace-Trace-Id: rtbbbbbbbbbbbbbbbb\r\nContent-Length: 38\r\n\r\nrtbbbbbbbbbbbbbbbb rtbbbbbbbbbbbbbbbb\n"},
+		{"rtcccccccccccccccc", "GET /rtcccccccccccccccc HTTP/1.1\r\nretrace-trace-id: rtcccccccccccccccc\r\nTransfer-Encoding: chunked\r\n\r\n13\r\nrtcccccccccccccccc\n\r\n0\r\n\r\n"},
+	}
+	for r := range reqs {
+		text := reqs[r].text
+		method := bytes.IndexByte([]byte(text), ' ') + 1
+		for cut := method; cut < len(text); cut++ {
+			var chunks [][]byte
+			for _, before := range reqs[:r] {
+				chunks = append(chunks, []byte(before.text))
+			}
+			chunks = append(chunks, []byte(text[:cut]), []byte(text[cut:]))
+			outs, emitted, tids, lens := feedChunksTo(newStream(true), chunks)
+			if !bytes.Equal(outs, emitted) {
+				t.Fatalf("request %d cut at %d: emitted %q, parser output %q", r, cut, emitted, outs)
+			}
+			pos := 0
+			for i, tid := range tids {
+				piece := emitted[pos : pos+lens[i]]
+				pos += lens[i]
+				for _, id := range idRE.FindAll(piece, -1) {
+					if string(id) != tid {
+						t.Fatalf("request %d cut at %d: piece %q charged to %s", r, cut, piece, tid)
+					}
+				}
+			}
+		}
+	}
+	for _, msg := range []string{"x", "hello", "HELLO", "GET", "get / HTTP/1.1\r\n", "0000"} {
+		s := newStream(true)
+		out := s.feed([]byte(msg))
+		var emitted []byte
+		s.attribute(out, func() string { return "" }, func(_ string, b []byte) { emitted = append(emitted, b...) })
+		if string(emitted) != msg {
+			t.Errorf("%q: handed on %q at once", msg, emitted)
+		}
+	}
 }

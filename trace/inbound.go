@@ -94,15 +94,18 @@ type InboundParser struct {
 	vi       int  // index into "HTTP/1." while matching the version
 	strip    bool // the last header line was stripped (for obs-fold lines)
 	// Per request.
-	method   [16]byte
-	nmethod  int
-	path     []byte
-	clen     int64 // Content-Length; -1 when absent
-	remain   int64 // bytes left of the body or of the current chunk
-	chunked  bool
-	teOther  bool
-	conflict bool // several Retrace-Trace-Id values disagree
-	head     RequestHead
+	method  [16]byte
+	nmethod int
+	// oddMethod: the method has a byte other than upper-case letters, '-'
+	// and '_' (LikelyHTTP)
+	oddMethod bool
+	path      []byte
+	clen      int64 // Content-Length; -1 when absent
+	remain    int64 // bytes left of the body or of the current chunk
+	chunked   bool
+	teOther   bool
+	conflict  bool // several Retrace-Trace-Id values disagree
+	head      RequestHead
 }
 
 type pstate uint8
@@ -174,6 +177,18 @@ func (p *InboundParser) HeadStart() (start int, ok bool) {
 	return int(p.start - p.lastBase), true
 }
 
+// LikelyHTTP reports whether the request head in progress looks like
+// HTTP so far: its method, made of upper-case letters, '-' and '_' as
+// every registered method is, has been read up to the space after it.
+// RFC 9110 allows any token as a method, and the parser follows any; but a
+// client of another protocol whose first message could pass for the start
+// of a method (a word, with no space or line end yet) is far more likely.
+func (p *InboundParser) LikelyHTTP() bool {
+	return !p.oddMethod && p.state > sMethod && p.state <= sHeadEndLF
+}
+
+func upperMethodChar(c byte) bool { return c >= 'A' && c <= 'Z' || c == '-' || c == '_' }
+
 // Held returns how many bytes Feed is holding back (0..MaxHeld).
 func (p *InboundParser) Held() int { return p.nheld }
 
@@ -218,6 +233,7 @@ func (p *InboundParser) Feed(out, in []byte, onRequest func(RequestHead, int)) [
 			case tchar(c) && p.nmethod < len(p.method):
 				p.method[p.nmethod] = c
 				p.nmethod++
+				p.oddMethod = p.oddMethod || !upperMethodChar(c)
 				i++
 			case c == ' ' && p.nmethod > 0:
 				p.state = sTarget
@@ -542,7 +558,7 @@ func (p *InboundParser) lineEnd(c byte, i int, f *feed) int {
 // line, which is byte abs of the parser's output.
 func (p *InboundParser) beginRequest(abs int64) {
 	p.start = abs
-	p.nmethod = 0
+	p.nmethod, p.oddMethod = 0, false
 	p.path = p.path[:0]
 	p.clen, p.remain = -1, 0
 	p.chunked, p.teOther, p.conflict = false, false, false

@@ -308,3 +308,26 @@ func TestInboundParserHoldsOnlyAPrefix(t *testing.T) {
 		t.Fatalf("output %q, held %d", out, p.Held())
 	}
 }
+
+func TestLikelyHTTP(t *testing.T) {
+	for in, want := range map[string]bool{
+		"GET":                        false, // a word: the method is not over
+		"GET ":                       true,
+		"M-SEARCH /x":                true,
+		"get /":                      false,
+		"Ping ":                      false,
+		"0 * HTTP/1.0\r\n":           false,
+		"hello":                      false,
+		"HELLO":                      false,
+		"GET / HTTP/1.1\r\nHost":     true,
+		"GET / HTTP/1.1\r\n\r\n":     false, // no head in progress
+		"GET / HTTP/1.1\r\n\r\nput ": false, // the method of the head in progress
+		"get / HTTP/1.1\r\n\r\nPUT ": true,
+	} {
+		var p InboundParser
+		p.Feed(nil, []byte(in), nil)
+		if got := p.LikelyHTTP(); got != want {
+			t.Errorf("after %q: LikelyHTTP() = %v, want %v", in, got, want)
+		}
+	}
+}

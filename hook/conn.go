@@ -97,11 +97,17 @@ func (e *engine) closing(c *netConn) {
 // flushHeld sends, when the application closes a dialled connection, the
 // bytes its stream still holds of a request head in progress (see
 // stream.attribute): the application wrote them, and the peer gets them
-// as it would without the agent. They are charged to the closing
-// goroutine's trace. (The parser's own few bytes that may start a
-// Retrace-* header line stay back: that request cannot be served anyway.)
+// as it would without the agent. They are reported with the closing
+// goroutine's trace. Close must not wait: nothing is sent when a write is
+// in progress (it may be blocked until this Close ends it) or when the
+// socket's buffer is full, and nothing on a redirected connection (the
+// mock server has no use for half a request). The parser's own few bytes
+// that may start a Retrace-* header line stay back too: that request
+// cannot be served anyway.
 func (e *engine) flushHeld(st *connState, c *netConn) {
-	st.wmu.Lock()
+	if st.redirect || !st.wmu.TryLock() {
+		return
+	}
 	defer st.wmu.Unlock()
 	s := st.wr
 	if !s.holding || len(s.held) == 0 || st.broken.Load() {
@@ -110,8 +116,8 @@ func (e *engine) flushHeld(st *connState, c *netConn) {
 	held := s.held
 	s.held, s.holding = nil, false
 	w := outWriter{e: e, st: st, c: c}
-	w.piece(validOrEmpty(trace.CurrentID()), held)
-	w.flush()
+	w.record(validOrEmpty(trace.CurrentID()), held)
+	e.l.writeNoWait(c.fd, held)
 }
 
 // inboundRead reads from an accepted connection: Retrace-* headers are

@@ -190,3 +190,66 @@ func describe(err error, c net.Conn) string {
 		oe.Op, oe.Net, addr(oe.Source), addr(oe.Addr), oe.Err, oe.Err, oe.Timeout(),
 		errors.Is(err, net.ErrClosed), errors.Is(err, os.ErrDeadlineExceeded))
 }
+
+// TestCloseUnblocksAWrite: closing a connection while another goroutine
+// is blocked writing on it (the peer reads nothing) makes that write fail
+// and Close return, as without the agent; net/http does this to abort a
+// request. The write goes through the hook's HTTP stream, which holds the
+// connection's write lock for the whole write.
+func TestCloseUnblocksAWrite(t *testing.T) {
+	install(t, hook.Config{Mode: hook.Record, Recorder: &writeRecorder{}})
+	c, peer := pair(t, "dialled")
+	defer peer.Close()
+	_, err := c.Write([]byte("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, c.(*net.TCPConn).SetWriteBuffer(4<<10))
+	require.NoError(t, peer.(*net.TCPConn).SetReadBuffer(4<<10))
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := c.Write(make([]byte, 64<<20))
+		blocked <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the write fills the buffers and blocks
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close blocked behind a blocked write")
+	}
+	select {
+	case err := <-blocked:
+		require.ErrorIs(t, err, net.ErrClosed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the blocked write did not end at Close")
+	}
+}
+
+// TestCloseDoesNotWaitForRoom: Close with the start of a request head held
+// back, the socket's buffer full and the peer reading nothing, returns at
+// once, as without the agent (the held bytes are dropped).
+func TestCloseDoesNotWaitForRoom(t *testing.T) {
+	install(t, hook.Config{Mode: hook.Record, Recorder: &writeRecorder{}})
+	c, peer := pair(t, "dialled")
+	defer peer.Close()
+	require.NoError(t, c.(*net.TCPConn).SetWriteBuffer(4<<10))
+	require.NoError(t, peer.(*net.TCPConn).SetReadBuffer(4<<10))
+	body := make([]byte, 16<<20)
+	_, err := c.Write([]byte(fmt.Sprintf("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", len(body))))
+	require.NoError(t, err)
+	require.NoError(t, c.SetWriteDeadline(time.Now().Add(200*time.Millisecond)))
+	_, err = c.Write(body) // fills the buffers, then times out
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.NoError(t, c.SetWriteDeadline(time.Time{}))
+	_, err = c.Write([]byte("GET / HTTP/1.1\r\nHost")) // held back: a head in progress
+	require.NoError(t, err)
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for room in the socket's buffer")
+	}
+}

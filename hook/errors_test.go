@@ -53,43 +53,32 @@ func errorScenarios(t *testing.T) map[string]string {
 			}
 			out[side+": "+name] = describe(err, c)
 		}
-		run("read at EOF", func(c, peer net.Conn) error {
-			peer.Close()
-			_, err := c.Read(buf)
-			return err
-		})
-		run("read past its deadline", func(c, _ net.Conn) error {
-			require.NoError(t, c.SetReadDeadline(past))
-			_, err := c.Read(buf)
-			return err
-		})
-		run("read after close", func(c, _ net.Conn) error {
-			c.Close()
-			_, err := c.Read(buf)
-			return err
-		})
-		run("write past its deadline", func(c, _ net.Conn) error {
-			require.NoError(t, c.SetWriteDeadline(past))
-			_, err := c.Write([]byte("x"))
-			return err
-		})
-		run("write after close", func(c, _ net.Conn) error {
-			c.Close()
-			_, err := c.Write([]byte("x"))
-			return err
-		})
-		// the start of a request head, which the hook holds back until
-		// the head ends: the write fails all the same
-		run("head write after close", func(c, _ net.Conn) error {
-			c.Close()
-			_, err := c.Write([]byte("GET"))
-			return err
-		})
-		run("head write past its deadline", func(c, _ net.Conn) error {
-			require.NoError(t, c.SetWriteDeadline(past))
-			_, err := c.Write([]byte("GET"))
-			return err
-		})
+		for _, sc := range []struct {
+			name  string
+			prep  func(c, peer net.Conn)
+			write string // what to write; "" reads
+		}{
+			{"read at EOF", func(_, peer net.Conn) { peer.Close() }, ""},
+			{"read past its deadline", func(c, _ net.Conn) { require.NoError(t, c.SetReadDeadline(past)) }, ""},
+			{"read after close", func(c, _ net.Conn) { c.Close() }, ""},
+			{"write past its deadline", func(c, _ net.Conn) { require.NoError(t, c.SetWriteDeadline(past)) }, "x"},
+			{"write after close", func(c, _ net.Conn) { c.Close() }, "x"},
+			// the start of a request head, which the hook holds back
+			// until the head ends: the write fails all the same
+			{"head write past its deadline", func(c, _ net.Conn) { require.NoError(t, c.SetWriteDeadline(past)) }, "GET "},
+			{"head write after close", func(c, _ net.Conn) { c.Close() }, "GET "},
+		} {
+			run(sc.name, func(c, peer net.Conn) error {
+				sc.prep(c, peer)
+				var err error
+				if sc.write == "" {
+					_, err = c.Read(buf)
+				} else {
+					_, err = c.Write([]byte(sc.write))
+				}
+				return err
+			})
+		}
 	}
 	return out
 }
@@ -210,14 +199,7 @@ func TestCloseUnblocksAWrite(t *testing.T) {
 		blocked <- err
 	}()
 	time.Sleep(100 * time.Millisecond) // the write fills the buffers and blocks
-	closed := make(chan error, 1)
-	go func() { closed <- c.Close() }()
-	select {
-	case err := <-closed:
-		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close blocked behind a blocked write")
-	}
+	requireCloseReturns(t, c, "Close blocked behind a blocked write")
 	select {
 	case err := <-blocked:
 		require.ErrorIs(t, err, net.ErrClosed)
@@ -244,12 +226,19 @@ func TestCloseDoesNotWaitForRoom(t *testing.T) {
 	require.NoError(t, c.SetWriteDeadline(time.Time{}))
 	_, err = c.Write([]byte("GET / HTTP/1.1\r\nHost")) // held back: a head in progress
 	require.NoError(t, err)
+	requireCloseReturns(t, c, "Close waited for room in the socket's buffer")
+}
+
+// requireCloseReturns closes c and fails with msg unless Close returns
+// (without error) within seconds.
+func requireCloseReturns(t *testing.T, c net.Conn, msg string) {
+	t.Helper()
 	closed := make(chan error, 1)
 	go func() { closed <- c.Close() }()
 	select {
 	case err := <-closed:
 		require.NoError(t, err)
 	case <-time.After(5 * time.Second):
-		t.Fatal("Close waited for room in the socket's buffer")
+		t.Fatal(msg)
 	}
 }

@@ -2,6 +2,7 @@ package hook
 
 import (
 	"bytes"
+	"fmt"
 	"regexp"
 	"testing"
 
@@ -83,21 +84,27 @@ func TestStreamChargesWholeRequests(t *testing.T) {
 		if bytes.Contains(bytes.ToLower(outs), []byte("retrace-")) {
 			t.Fatalf("chunks of %d: header not stripped: %q", size, outs)
 		}
-		// Each piece names only its own trace.
-		pos := 0
-		for i, tid := range tids {
-			piece := emitted[pos : pos+lens[i]]
-			pos += lens[i]
-			for _, id := range idRE.FindAll(piece, -1) {
-				if string(id) != tid {
-					t.Fatalf("chunks of %d: piece %q charged to %s", size, piece, tid)
-				}
-			}
-		}
+		requireOwnTraces(t, fmt.Sprintf("chunks of %d", size), emitted, tids, lens)
 	}
 }
 
 var idRE = regexp.MustCompile(`rt[a-z]{16}`)
+
+// requireOwnTraces fails the test when a piece handed on (emitted cut at
+// lens) names a trace id other than the one it was charged to.
+func requireOwnTraces(t *testing.T, what string, emitted []byte, tids []string, lens []int) {
+	t.Helper()
+	pos := 0
+	for i, tid := range tids {
+		piece := emitted[pos : pos+lens[i]]
+		pos += lens[i]
+		for _, id := range idRE.FindAll(piece, -1) {
+			if string(id) != tid {
+				t.Fatalf("%s: piece %q charged to %s", what, piece, tid)
+			}
+		}
+	}
+}
 
 // TestStreamChargesPipelinedRequests: requests sent back to back (a
 // pipelining client, or reads that coalesce a keep-alive client's
@@ -127,17 +134,10 @@ func TestStreamChargesPipelinedRequests(t *testing.T) {
 		if !bytes.Equal(outs, emitted) {
 			t.Fatalf("chunks of %d: emitted %q, parser output %q", size, emitted, outs)
 		}
-		pos := 0
+		requireOwnTraces(t, fmt.Sprintf("chunks of %d", size), emitted, tids, lens)
 		for i, tid := range tids {
-			piece := emitted[pos : pos+lens[i]]
-			pos += lens[i]
-			for _, id := range idRE.FindAll(piece, -1) {
-				if string(id) != tid {
-					t.Fatalf("chunks of %d: piece %q charged to %s", size, piece, tid)
-				}
-			}
 			if tid == "fallback" {
-				t.Fatalf("chunks of %d: piece %q charged to no request", size, piece)
+				t.Fatalf("chunks of %d: piece %d charged to no request", size, i)
 			}
 		}
 	}
@@ -194,16 +194,7 @@ func TestStreamWrites(t *testing.T) {
 			if !bytes.Equal(outs, emitted) {
 				t.Fatalf("request %d cut at %d: emitted %q, parser output %q", r, cut, emitted, outs)
 			}
-			pos := 0
-			for i, tid := range tids {
-				piece := emitted[pos : pos+lens[i]]
-				pos += lens[i]
-				for _, id := range idRE.FindAll(piece, -1) {
-					if string(id) != tid {
-						t.Fatalf("request %d cut at %d: piece %q charged to %s", r, cut, piece, tid)
-					}
-				}
-			}
+			requireOwnTraces(t, fmt.Sprintf("request %d cut at %d", r, cut), emitted, tids, lens)
 		}
 	}
 	for _, msg := range []string{"x", "hello", "HELLO", "GET", "get / HTTP/1.1\r\n", "0000"} {

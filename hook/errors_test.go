@@ -105,7 +105,7 @@ func TestWritesReachThePeer(t *testing.T) {
 		require.Equal(t, msg, string(got), "written, then closed")
 		peer.Close()
 	}
-	for _, msg := range []string{"x", "hello", "hello world", "0000", "Ping", "HELLO", "GET"} {
+	for _, msg := range []string{"x", "hello", "hello world", "0000", "Ping", "HELLO", "GET", "HELLO WORLD"} {
 		c, peer := pair(t, "dialled")
 		_, err := c.Write([]byte(msg))
 		require.NoError(t, err)

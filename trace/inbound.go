@@ -179,12 +179,28 @@ func (p *InboundParser) HeadStart() (start int, ok bool) {
 
 // LikelyHTTP reports whether the request head in progress looks like
 // HTTP so far: its method, made of upper-case letters, '-' and '_' as
-// every registered method is, has been read up to the space after it.
-// RFC 9110 allows any token as a method, and the parser follows any; but a
-// client of another protocol whose first message could pass for the start
-// of a method (a word, with no space or line end yet) is far more likely.
+// every registered method is, has been read up to the space after it, and
+// the request target read so far has one of HTTP's forms: origin ("/…"),
+// asterisk ("*"), absolute ("http://…", "https://…"), or after CONNECT,
+// authority. RFC 9110 allows any token as a method, and the parser follows
+// any request line; but a client of another protocol whose first message
+// could pass for the start of one ("HELLO", "HELLO WORLD") is far more
+// likely.
 func (p *InboundParser) LikelyHTTP() bool {
-	return !p.oddMethod && p.state > sMethod && p.state <= sHeadEndLF
+	if p.oddMethod || p.state <= sMethod || p.state > sHeadEndLF {
+		return false
+	}
+	t := p.path
+	if len(t) == 0 || t[0] == '/' || t[0] == '*' || string(p.method[:p.nmethod]) == "CONNECT" {
+		return true
+	}
+	const scheme = "http"
+	for i := 0; i < len(t) && i < len(scheme); i++ {
+		if lower(t[i]) != scheme[i] {
+			return false
+		}
+	}
+	return true
 }
 
 func upperMethodChar(c byte) bool { return c >= 'A' && c <= 'Z' || c == '-' || c == '_' }

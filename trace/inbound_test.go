@@ -319,6 +319,13 @@ func TestLikelyHTTP(t *testing.T) {
 		"0 * HTTP/1.0\r\n":           false,
 		"hello":                      false,
 		"HELLO":                      false,
+		"HELLO WORLD":                false,
+		"HELLO WORLD HTTP/1.1\r\n":   false,
+		"GET http://x/ HTTP/1.1\r\n": true,
+		"GET HTTPS://x/":             true,
+		"GET ht":                     true,
+		"CONNECT x:443 HTTP/1.1\r\n": true,
+		"OPTIONS * HTTP/1.1\r\n":     true,
 		"GET / HTTP/1.1\r\nHost":     true,
 		"GET / HTTP/1.1\r\n\r\n":     false, // no head in progress
 		"GET / HTTP/1.1\r\n\r\nput ": false, // the method of the head in progress

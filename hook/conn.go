@@ -306,7 +306,7 @@ func validOrEmpty(tid string) string {
 // charged to the writing goroutine's trace, and on a redirected connection
 // every piece is sent as a frame.
 func (e *engine) plainOutboundWrite(st *connState, b []byte) bool {
-	if st.redirect || !(st.broken.Load() || st.wr.passThrough()) {
+	if st.redirect || !(st.broken.Load() || st.wr.passed.Load()) {
 		return false
 	}
 	if len(b) > 0 && e.cfg.Mode == Record && !st.broken.Load() {
@@ -343,6 +343,7 @@ func (e *engine) outboundWriteSplit(st *connState, c *netConn, b []byte) (int, e
 		}
 	}
 	w := outWriter{e: e, st: st, c: c}
+	defer st.wr.publish()
 	if !e.splitOutbound(st, b, &w) {
 		// The hook panicked: send the bytes as they are (framed with no
 		// trace on a redirected connection, so the mock stays in sync).

@@ -149,7 +149,7 @@ func (st *connState) setupWrite() bool {
 // bytes answer a write that was not reported (a request not sampled); the
 // recorder would only have looked them up to drop them.
 func (st *connState) skipRead() bool {
-	return st.untraced.Load() > setupUntraced && st.wr.passThrough() && trace.CurrentID() == ""
+	return st.untraced.Load() > setupUntraced && st.wr.passed.Load() && trace.CurrentID() == ""
 }
 
 func (st *connState) tid() string {

@@ -16,29 +16,27 @@ import (
 
 // TestConcurrentWritersAndClose: net.Conn may be written by several
 // goroutines at once (each Write goes out whole) while another reads and
-// another closes it. With the agent in record mode, on connections that
-// carry HTTP heads, heads cut in the middle, RESP and other bytes, none of
-// that may race (run with -race), deadlock or make the hooks panic.
+// another closes it. With the agent in record mode, and in replay mode
+// (the connections redirected and framed), on connections that carry HTTP
+// heads, heads cut in the middle, RESP and other bytes, none of that may
+// race (run with -race), deadlock or make the hooks panic.
 func TestConcurrentWritersAndClose(t *testing.T) {
-	var logs logBuffer
-	install(t, hook.Config{Mode: hook.Record, Recorder: &writeRecorder{}, Logger: logs.logger()})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	var served sync.WaitGroup
-	defer served.Wait()
-	served.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
+	for _, mode := range []hook.Mode{hook.Record, hook.Replay} {
+		t.Run(mode.String(), func(t *testing.T) {
+			dst := sink(t)
+			var logs logBuffer
+			cfg := hook.Config{Mode: mode, Recorder: &writeRecorder{}, Logger: logs.logger()}
+			if mode == hook.Replay {
+				cfg.MockAddr, dst = dst, "127.0.0.1:9" // redirected to the sink
 			}
-			served.Go(func() {
-				_, _ = io.Copy(io.Discard, c)
-				c.Close()
-			})
-		}
-	})
+			install(t, cfg)
+			concurrentWritersAndClose(t, dst)
+			require.NotContains(t, logs.String(), "hook panicked", "the hooks recovered from a panic")
+		})
+	}
+}
+
+func concurrentWritersAndClose(t *testing.T, dst string) {
 	msgs := []string{
 		"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
 		"GET /a HTTP/1.1\r\nHo",
@@ -47,7 +45,7 @@ func TestConcurrentWritersAndClose(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for i := range 200 {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", dst)
 		require.NoError(t, err)
 		for w := range 3 {
 			wg.Go(func() {
@@ -75,6 +73,26 @@ func TestConcurrentWritersAndClose(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("reads, writes and closes did not all end")
 	}
-	require.NotContains(t, logs.String(), "hook panicked", "the hooks recovered from a panic")
-	ln.Close()
+}
+
+// sink listens on loopback and reads every connection to its end; it
+// stops with the test.
+func sink(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				_, _ = io.Copy(io.Discard, c)
+				c.Close()
+			})
+		}
+	})
+	return ln.Addr().String()
 }

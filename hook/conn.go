@@ -34,6 +34,9 @@ func connRead(c *netConn, b []byte) (int, error) {
 	// its bottom, and every frame there makes each growth's copy dearer and
 	// some goroutines grow once more.
 	l := netLayoutP.Load()
+	if e != nil {
+		l = e.l // the same, but for BenchmarkHookOverhead's stand-in
+	}
 	n, err := l.fdRead(c.fd, b)
 	if err != nil {
 		err = l.readError(c.fd, err)
@@ -48,6 +51,7 @@ func connWrite(c *netConn, b []byte) (int, error) {
 	if c == nil || c.fd == nil {
 		return 0, syscall.EINVAL
 	}
+	l := netLayoutP.Load()
 	if e := active.Load(); e != nil {
 		if st := e.state(c.fd); st != nil {
 			if st.inbound {
@@ -57,9 +61,9 @@ func connWrite(c *netConn, b []byte) (int, error) {
 				return e.outboundWriteSplit(st, c, b)
 			}
 		}
+		l = e.l // the same, but for BenchmarkHookOverhead's stand-in
 	}
 	// As in connRead, the netFD is called from here.
-	l := netLayoutP.Load()
 	n, err := l.fdWrite(c.fd, b)
 	if err != nil {
 		err = l.opError("write", c.fd, err)

@@ -130,6 +130,15 @@ pkgs=("$@")
 log "go test -race ${pkgs[*]}"
 go test -race -count=1 -timeout 10m "${pkgs[@]}"
 
+# The agent's micro-benchmarks run once each, so that one that breaks (or
+# hangs: they stand in for the netFD) fails here, not in a later session.
+if [ $# -eq 0 ]; then
+	log "agent benchmarks, one iteration each"
+	# (timeout(1) as well: a benchmark stuck in a patched read was seen to
+	# outlive go test's own -timeout)
+	timeout -k 10 180 go test -run '^$' -bench . -benchtime 1x -timeout 2m ./goid/ ./trace/ ./hook/ >/dev/null
+fi
+
 # The agent patches machine code, and arm64 has its own jump encoding and
 # size guard: its tests also run built for arm64, under qemu's user-mode
 # emulation (which handles code that rewrites itself), against the same

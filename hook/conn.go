@@ -33,10 +33,7 @@ func connRead(c *netConn, b []byte) (int, error) {
 	// is no deeper than without the agent: goroutines grow their stacks at
 	// its bottom, and every frame there makes each growth's copy dearer and
 	// some goroutines grow once more.
-	l := netLayoutP.Load()
-	if e != nil {
-		l = e.l // the same, but for BenchmarkHookOverhead's stand-in
-	}
+	l := layoutOf(e)
 	n, err := l.fdRead(c.fd, b)
 	if err != nil {
 		err = l.readError(c.fd, err)
@@ -51,8 +48,8 @@ func connWrite(c *netConn, b []byte) (int, error) {
 	if c == nil || c.fd == nil {
 		return 0, syscall.EINVAL
 	}
-	l := netLayoutP.Load()
-	if e := active.Load(); e != nil {
+	e := active.Load()
+	if e != nil {
 		if st := e.state(c.fd); st != nil {
 			if st.inbound {
 				return e.inboundWrite(st, c, b)
@@ -61,14 +58,24 @@ func connWrite(c *netConn, b []byte) (int, error) {
 				return e.outboundWriteSplit(st, c, b)
 			}
 		}
-		l = e.l // the same, but for BenchmarkHookOverhead's stand-in
 	}
 	// As in connRead, the netFD is called from here.
+	l := layoutOf(e)
 	n, err := l.fdWrite(c.fd, b)
 	if err != nil {
 		err = l.opError("write", c.fd, err)
 	}
 	return n, err
+}
+
+// layoutOf is the active engine's netFD layout, else the installed one:
+// the same in production, but BenchmarkHookOverhead gives its engine a
+// stand-in.
+func layoutOf(e *engine) *netLayout {
+	if e != nil {
+		return e.l
+	}
+	return netLayoutP.Load()
 }
 
 func connClose(c *netConn) error {
@@ -137,10 +144,7 @@ func (e *engine) inboundRead(st *connState, c *netConn, b []byte) (int, error) {
 	}
 	record := e.cfg.Mode == Record
 	for {
-		n, err := e.l.fdRead(c.fd, b) // not plainRead: one frame less (see connRead)
-		if err != nil {
-			err = e.l.readError(c.fd, err)
-		}
+		n, err := e.l.plainRead(c, b)
 		// A connection that is not HTTP/1.x has nothing to strip, bind or
 		// (having never had a request) report.
 		if n <= 0 || (st.rd.passThrough() && (!record || !st.rd.hasCur)) {
@@ -244,11 +248,7 @@ func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) 
 			e.recordCall("inbound-write", func() { e.cfg.Recorder.InboundWrite(&st.info, tid, b) })
 		}
 	}
-	n, err := e.l.fdWrite(c.fd, b) // not plainWrite: one frame less (see connRead)
-	if err != nil {
-		err = e.l.opError("write", c.fd, err)
-	}
-	return n, err
+	return e.l.plainWrite(c, b)
 }
 
 // outboundRead is the first read of a redirected connection whose
@@ -261,11 +261,7 @@ func (e *engine) outboundRead(st *connState, c *netConn, b []byte) (int, error) 
 	if err != nil {
 		return 0, err
 	}
-	n, err := e.l.plainRead(c, b)
-	if n > 0 && e.cfg.Mode == Record && !st.skipRead() {
-		e.recordOutboundRead(st, b[:n])
-	}
-	return n, err
+	return e.l.plainRead(c, b)
 }
 
 // recordOutboundRead reports an outbound read, recovering its panic (see
@@ -310,10 +306,11 @@ func validOrEmpty(tid string) string {
 // charged to the writing goroutine's trace, and on a redirected connection
 // every piece is sent as a frame.
 func (e *engine) plainOutboundWrite(st *connState, b []byte) bool {
-	if st.redirect || !(st.broken.Load() || st.wr.passed.Load()) {
+	broken := st.broken.Load()
+	if st.redirect || !(broken || st.wr.passed.Load()) {
 		return false
 	}
-	if len(b) > 0 && e.cfg.Mode == Record && !st.broken.Load() {
+	if len(b) > 0 && e.cfg.Mode == Record && !broken {
 		tid := trace.CurrentID()
 		if tid != "" || st.setupWrite() {
 			e.recordOutboundWrite(st, tid, b)
@@ -358,7 +355,7 @@ func (e *engine) outboundWriteSplit(st *connState, c *netConn, b []byte) (int, e
 	if w.err != nil {
 		return min(w.sent, len(b)), w.err
 	}
-	if !w.wrote && len(b) > 0 {
+	if w.sent == 0 && len(b) > 0 {
 		// Every byte was held back (a request head in progress) or
 		// stripped. A write of nothing still fails on a closed connection
 		// or past the write deadline, as this Write would without the agent.
@@ -417,9 +414,8 @@ type outWriter struct {
 	st    *connState
 	c     *netConn
 	err   error
-	sent  int  // payload bytes sent
-	batch int  // payload bytes in st.wbuf
-	wrote bool // a write was made (or failed)
+	sent  int // payload bytes sent
+	batch int // payload bytes in st.wbuf
 }
 
 const batchMax = 16 << 10
@@ -454,7 +450,6 @@ func (w *outWriter) piece(tid string, p []byte) {
 }
 
 func (w *outWriter) write(p []byte) {
-	w.wrote = true
 	if _, err := w.e.l.plainWrite(w.c, p); err != nil {
 		w.err = err
 	}

@@ -60,11 +60,7 @@ func TestWriteAddsNoFrame(t *testing.T) {
 		defer trace.Bind(&trace.Trace{ID: "rt0123456789abcdef"})()
 		blockedWriter(c, big, blocked)
 	}()
-	var frames []string
-	require.Eventually(t, func() bool {
-		frames = framesBetween("hook_test.blockedWriter", "net.(*netFD).Write")
-		return frames != nil
-	}, 5*time.Second, 5*time.Millisecond, "no goroutine blocked in blockedWriter's write")
+	frames := awaitFramesBetween(t, "hook_test.blockedWriter", "net.(*netFD).Write")
 	require.Equal(t, []string{"github.com/retrace-dev/retrace/hook.connWrite"}, frames,
 		"frames between the application's Write and net.(*netFD).Write")
 
@@ -133,11 +129,7 @@ func testReadFrames(t *testing.T, traced bool) {
 		}
 		blockedReader(c, blocked)
 	}()
-	var frames []string
-	require.Eventually(t, func() bool {
-		frames = framesBetween("hook_test.blockedReader", "net.(*netFD).Read")
-		return frames != nil
-	}, 5*time.Second, 5*time.Millisecond, "no goroutine blocked in blockedReader's read")
+	frames := awaitFramesBetween(t, "hook_test.blockedReader", "net.(*netFD).Read")
 	require.Equal(t, []string{"github.com/retrace-dev/retrace/hook.connRead"}, frames,
 		"frames between the application's Read and net.(*netFD).Read")
 
@@ -197,4 +189,16 @@ func framesBetween(outer, inner string) []string {
 		}
 	}
 	return nil
+}
+
+// awaitFramesBetween waits until a goroutine is blocked in inner called from
+// outer and returns framesBetween's answer.
+func awaitFramesBetween(t *testing.T, outer, inner string) []string {
+	t.Helper()
+	var frames []string
+	require.Eventually(t, func() bool {
+		frames = framesBetween(outer, inner)
+		return frames != nil
+	}, 5*time.Second, 5*time.Millisecond, "no goroutine blocked in %s under %s", inner, outer)
+	return frames
 }

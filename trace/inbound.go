@@ -94,18 +94,15 @@ type InboundParser struct {
 	vi       int  // index into "HTTP/1." while matching the version
 	strip    bool // the last header line was stripped (for obs-fold lines)
 	// Per request.
-	method  [16]byte
-	nmethod int
-	// oddMethod: the method has a byte other than upper-case letters, '-'
-	// and '_' (LikelyHTTP)
-	oddMethod bool
-	path      []byte
-	clen      int64 // Content-Length; -1 when absent
-	remain    int64 // bytes left of the body or of the current chunk
-	chunked   bool
-	teOther   bool
-	conflict  bool // several Retrace-Trace-Id values disagree
-	head      RequestHead
+	method   [16]byte
+	nmethod  int
+	path     []byte
+	clen     int64 // Content-Length; -1 when absent
+	remain   int64 // bytes left of the body or of the current chunk
+	chunked  bool
+	teOther  bool
+	conflict bool // several Retrace-Trace-Id values disagree
+	head     RequestHead
 }
 
 type pstate uint8
@@ -187,8 +184,13 @@ func (p *InboundParser) HeadStart() (start int, ok bool) {
 // could pass for the start of one ("HELLO", "HELLO WORLD") is far more
 // likely.
 func (p *InboundParser) LikelyHTTP() bool {
-	if p.oddMethod || p.state <= sMethod || p.state > sHeadEndLF {
+	if p.state <= sMethod || p.state > sHeadEndLF {
 		return false
+	}
+	for _, c := range p.method[:p.nmethod] {
+		if !(c >= 'A' && c <= 'Z' || c == '-' || c == '_') {
+			return false
+		}
 	}
 	t := p.path
 	if len(t) == 0 || t[0] == '/' || t[0] == '*' || string(p.method[:p.nmethod]) == "CONNECT" {
@@ -202,8 +204,6 @@ func (p *InboundParser) LikelyHTTP() bool {
 	}
 	return true
 }
-
-func upperMethodChar(c byte) bool { return c >= 'A' && c <= 'Z' || c == '-' || c == '_' }
 
 // Held returns how many bytes Feed is holding back (0..MaxHeld).
 func (p *InboundParser) Held() int { return p.nheld }
@@ -249,7 +249,6 @@ func (p *InboundParser) Feed(out, in []byte, onRequest func(RequestHead, int)) [
 			case tchar(c) && p.nmethod < len(p.method):
 				p.method[p.nmethod] = c
 				p.nmethod++
-				p.oddMethod = p.oddMethod || !upperMethodChar(c)
 				i++
 			case c == ' ' && p.nmethod > 0:
 				p.state = sTarget
@@ -574,7 +573,7 @@ func (p *InboundParser) lineEnd(c byte, i int, f *feed) int {
 // line, which is byte abs of the parser's output.
 func (p *InboundParser) beginRequest(abs int64) {
 	p.start = abs
-	p.nmethod, p.oddMethod = 0, false
+	p.nmethod = 0
 	p.path = p.path[:0]
 	p.clen, p.remain = -1, 0
 	p.chunked, p.teOther, p.conflict = false, false, false

@@ -52,7 +52,8 @@ func runChild() int {
 
 // runFanOut serves the fan-out service (see BenchmarkFanOutRatio). The
 // downstream's URL and the table come in fanOutDownEnv and fanOutTableEnv;
-// with fanOutProfileEnv it writes a CPU profile there.
+// with fanOutProfileEnv it writes a CPU profile there, and its allocation
+// profile beside it (".allocs").
 func runFanOut() int {
 	svc, err := newFanOut(os.Getenv(testenv.RedisEnv), os.Getenv(testenv.MySQLEnv),
 		os.Getenv(fanOutDownEnv), os.Getenv(fanOutTableEnv))
@@ -72,8 +73,23 @@ func runFanOut() int {
 			return 1
 		}
 		defer pprof.StopCPUProfile()
+		defer writeAllocs(path + ".allocs")
 	}
 	return serveChild(svc, svc.close)
+}
+
+// writeAllocs writes the process's allocation profile (all allocations
+// since it started, sampled as the runtime does) to path.
+func writeAllocs(path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		fmt.Println(err)
+	}
 }
 
 // serveChild serves h, with the agent as the environment configures it: it

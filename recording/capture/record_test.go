@@ -293,7 +293,8 @@ const (
 // With CAPTURE_BENCH_AA=1 in the environment all three services run with
 // the agent off, which shows the noise floor of the machine. With
 // CAPTURE_BENCH_PROFILES=DIR each service writes a CPU profile into DIR,
-// named after its mode and block.
+// named after its mode and block, and its allocation profile beside it
+// (MODE-BLOCK.prof.allocs).
 func BenchmarkFanOutRatio(b *testing.B) {
 	const blocks, rounds, slice, clients = 4, 9, 400, 8
 	redisAddr, dsn := testenv.RedisAddr(b), testenv.MySQLDSN(b)

@@ -269,3 +269,24 @@ func metric(t *testing.T, srv *mockserver.Server, name string) string {
 	t.Fatalf("/metrics has no %s", name)
 	return ""
 }
+
+// TestForgetOnAnOpenConnection: a trace forgotten through the admin API
+// starts afresh, also on a connection that already served it (the
+// connection keeps its last trace's state at hand).
+func TestForgetOnAnOpenConnection(t *testing.T) {
+	s := &recording.Session{V: recording.SchemaVersion, ID: "again", Calls: []recording.Call{
+		{Seq: 0, Proto: "raw", Dst: "a.test:1", Request: []byte("ping"), Response: []byte("pong")}}}
+	srv := mocktest.NewServer(t, mockserver.Config{}, s)
+	c := rawCall(t, srv.Addr(), "again", "a.test:1", []byte("ping"))
+	readAnswer(t, c, "pong")
+	for range 3 {
+		forget(t, srv, "again")
+		if _, err := c.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		readAnswer(t, c, "pong")
+	}
+	if r := report(t, srv, "again"); len(r.Calls) != 1 || r.Calls[0].Matched != 0 {
+		t.Errorf("report after the last forget: %+v", r.Calls)
+	}
+}

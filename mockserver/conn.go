@@ -47,6 +47,22 @@ type conn struct {
 	counters map[counterKey]prometheus.Counter // this connection's metric children
 
 	held hold // the answer being built, when causal order holds it back
+
+	// The state of the trace of the last request, valid while the trace
+	// table's generation is tsGen: a connection's requests mostly belong
+	// to one trace in turn.
+	ts    *traceState
+	tsTID string
+	tsGen uint64
+}
+
+// traceState returns the state of trace tid (see Server.trace).
+func (c *conn) traceState(tid string) *traceState {
+	gen := c.s.traces.gen.Load()
+	if c.ts == nil || c.tsTID != tid || c.tsGen != gen {
+		c.ts, c.tsTID, c.tsGen = c.s.trace(c.ctx, tid), tid, gen
+	}
+	return c.ts
 }
 
 // hold is an answer held back until the trace has sent what its recording
@@ -250,7 +266,7 @@ func (c *conn) answer(r *request) (closeAfter bool) {
 	}
 	var ts *traceState
 	if tid != "" {
-		ts = s.trace(c.ctx, tid)
+		ts = c.traceState(tid)
 	}
 	oc := ObservedCall{Proto: proto, Dst: c.dst, Setup: r.setup, Request: r.raw, Matched: -1, Statement: r.stmt}
 	var out []byte

@@ -3,6 +3,7 @@ package mockserver
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/retrace-dev/retrace/recording"
 )
@@ -13,6 +14,10 @@ type traceTable struct {
 	mu      sync.RWMutex
 	aliases map[string]string
 	traces  map[string]*traceState
+	// gen changes whenever a trace's state is dropped (alias, forget), so
+	// that a connection's cached state of its last trace can be checked
+	// without the lock.
+	gen atomic.Uint64
 
 	missMu  sync.Mutex
 	missing []MissingMock
@@ -126,6 +131,7 @@ func (tt *traceTable) setAlias(trace, rec string) {
 	defer tt.mu.Unlock()
 	tt.aliases[trace] = rec
 	delete(tt.traces, trace)
+	tt.gen.Add(1)
 }
 
 func (tt *traceTable) forget(trace string) {
@@ -133,6 +139,7 @@ func (tt *traceTable) forget(trace string) {
 	defer tt.mu.Unlock()
 	delete(tt.aliases, trace)
 	delete(tt.traces, trace)
+	tt.gen.Add(1)
 }
 
 func (tt *traceTable) lookup(trace string) (*traceState, string) {

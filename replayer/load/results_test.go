@@ -2,6 +2,9 @@ package load
 
 import (
 	"bytes"
+	"math"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,4 +76,23 @@ func FuzzReadResults(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A histogram of another, wide geometry is rejected before its counts are
+// allocated: its header alone would make the decoder allocate ~50 MB.
+func TestDecodeHistogramRejectsWideGeometryCheaply(t *testing.T) {
+	wide, err := EncodeHistogram(hdr.New(1, math.MaxInt64/2, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	_, err = DecodeHistogram(wide)
+	runtime.ReadMemStats(&m1)
+	if err == nil || !strings.Contains(err.Error(), "geometry") {
+		t.Fatalf("DecodeHistogram of [1, MaxInt64/2] at 5 digits: %v, want a geometry error", err)
+	}
+	if got := m1.TotalAlloc - m0.TotalAlloc; got > 1<<20 {
+		t.Errorf("rejecting it allocated %d bytes", got)
+	}
 }

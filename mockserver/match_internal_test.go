@@ -1,6 +1,9 @@
 package mockserver
 
-import "testing"
+import (
+	"strconv"
+	"testing"
+)
 
 func TestSimilarity(t *testing.T) {
 	cases := []struct {
@@ -61,5 +64,27 @@ func TestPickOrderFirstLast(t *testing.T) {
 	}
 	if _, why := match([]Strategy{StrategyOrder}, &request{op: "DEL"}, du, used, cur); why == "" {
 		t.Fatal("an operation never recorded matched")
+	}
+}
+
+// The observation log keeps every call in order across its blocks, numbers
+// them, and counts those beyond the limit.
+func TestObserveKeepsOrderAndLimit(t *testing.T) {
+	ts := &traceState{}
+	const limit = 3000
+	for i := range limit + 5 {
+		ts.observe(ObservedCall{Request: []byte(strconv.Itoa(i))}, limit)
+	}
+	r := (&Server{}).report(ts, "t", "")
+	if len(r.Calls) != limit || r.Dropped != 5 {
+		t.Fatalf("%d calls, %d dropped; want %d, 5", len(r.Calls), r.Dropped, limit)
+	}
+	for i, c := range r.Calls {
+		if c.Seq != i || string(c.Request) != strconv.Itoa(i) {
+			t.Fatalf("call %d: seq %d, request %q", i, c.Seq, c.Request)
+		}
+	}
+	if n := len(ts.calls.blocks); n > 12 {
+		t.Errorf("%d blocks for %d calls", n, limit)
 	}
 }

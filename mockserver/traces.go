@@ -34,7 +34,7 @@ type traceState struct {
 	entry   *sessionEntry // nil when the trace resolves to no recording
 	used    map[string][]bool
 	cursor  map[string]map[string]int
-	calls   []ObservedCall
+	calls   callLog
 	dropped int
 	reqBuf  []byte // chunk the observed requests' bytes are copied into
 
@@ -168,13 +168,42 @@ func (tt *traceTable) missingList() []MissingMock {
 
 // observe appends an observed call; the caller holds ts.mu.
 func (ts *traceState) observe(oc ObservedCall, limit int) {
-	if len(ts.calls) >= limit {
+	if ts.calls.n >= limit {
 		ts.dropped++
 		return
 	}
-	oc.Seq = len(ts.calls) + ts.dropped
+	oc.Seq = ts.calls.n + ts.dropped
 	oc.Request = ts.keep(oc.Request)
-	ts.calls = append(ts.calls, oc)
+	ts.calls.add(oc)
+}
+
+// callLog is a trace's observed calls in blocks that grow from 8 calls to
+// 512: a long trace's log never copies itself to grow, which would hold up
+// the answer that made it grow (by milliseconds at 100,000 calls).
+type callLog struct {
+	blocks [][]ObservedCall
+	n      int
+}
+
+func (l *callLog) add(oc ObservedCall) {
+	if k := len(l.blocks); k == 0 || len(l.blocks[k-1]) == cap(l.blocks[k-1]) {
+		size := 8
+		if k > 0 {
+			size = min(2*cap(l.blocks[k-1]), 512)
+		}
+		l.blocks = append(l.blocks, make([]ObservedCall, 0, size))
+	}
+	last := &l.blocks[len(l.blocks)-1]
+	*last = append(*last, oc)
+	l.n++
+}
+
+// appendTo appends the calls, in order, to dst.
+func (l *callLog) appendTo(dst []ObservedCall) []ObservedCall {
+	for _, b := range l.blocks {
+		dst = append(dst, b...)
+	}
+	return dst
 }
 
 // keep returns a copy of b carved from a chunk shared by the trace's
@@ -209,7 +238,7 @@ func (s *Server) report(ts *traceState, trace, rec string) TraceReport {
 	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	r.Calls = append(r.Calls, ts.calls...)
+	r.Calls = ts.calls.appendTo(r.Calls)
 	r.Dropped = ts.dropped
 	if ts.entry == nil {
 		return r

@@ -43,10 +43,17 @@ type conn struct {
 	lastHead         []byte
 	lastTID, lastDst string
 
-	rdl, wdl time.Time                         // read and write deadlines in force
-	counters map[counterKey]prometheus.Counter // this connection's metric children
+	rdl, wdl time.Duration // read and write deadlines in force, on the server's clock
+	// this connection's children of the labelled counters, for the label
+	// it used last (a connection's protocol, a destination's strategy)
+	requests, matches, misses counterSlot
 
 	held hold // the answer being built, when causal order holds it back
+
+	// clock is when the last answer was built, zero once the next frame is
+	// awaited: a reading for the write deadline and the idle time that
+	// saves two clock readings per request.
+	clock time.Duration
 
 	// The state of the trace of the last request, valid while the trace
 	// table's generation is tsGen: a connection's requests mostly belong
@@ -54,6 +61,35 @@ type conn struct {
 	ts    *traceState
 	tsTID string
 	tsGen uint64
+	ds    dstState
+}
+
+// dstState is what matching a request of trace ts on this connection
+// looks up by destination, kept while the connection's requests stay in
+// that trace.
+type dstState struct {
+	ts    *traceState
+	du    *dstUnits
+	used  []bool         // the trace's used units of du (shared by its connections)
+	cur   map[string]int // the trace's cursors for this destination
+	chain []Strategy
+}
+
+// dstStateOf looks up (or creates) ts's state for the connection's
+// destination; the caller holds ts.mu and ts.entry is not nil.
+func (c *conn) dstStateOf(ts *traceState) dstState {
+	d := dstState{ts: ts, du: c.s.idx.unitsFor(ts.entry, c.dst), chain: c.s.cfg.chain(c.dst)}
+	if d.du != nil {
+		if d.used = ts.used[c.dst]; d.used == nil {
+			d.used = make([]bool, len(d.du.units))
+			ts.used[c.dst] = d.used
+		}
+	}
+	if d.cur = ts.cursor[c.dst]; d.cur == nil {
+		d.cur = map[string]int{}
+		ts.cursor[c.dst] = d.cur
+	}
+	return d
 }
 
 // traceState returns the state of trace tid (see Server.trace).
@@ -128,7 +164,11 @@ func (c *conn) run() error {
 // idle, which is no error unless IdleTimeout is set and has passed.
 func (c *conn) readFrame() (trace.FrameHeader, error) {
 	cfg := &c.s.cfg
-	idleSince := time.Now()
+	idleSince := c.clock // the end of the answer just written, if any
+	c.clock = 0
+	if idleSince == 0 {
+		idleSince = c.s.now()
+	}
 	c.armRead(idleSince)
 	started := c.br.Buffered() > 0
 	want := 1
@@ -137,8 +177,8 @@ func (c *conn) readFrame() (trace.FrameHeader, error) {
 		if len(b) == 0 && err != nil {
 			var ne net.Error
 			if !started && errors.As(err, &ne) && ne.Timeout() {
-				now := time.Now()
-				if cfg.IdleTimeout > 0 && now.Sub(idleSince) >= cfg.IdleTimeout {
+				now := c.s.now()
+				if cfg.IdleTimeout > 0 && now-idleSince >= cfg.IdleTimeout {
 					return trace.FrameHeader{}, fmt.Errorf("idle for %s: %w", cfg.IdleTimeout, err)
 				}
 				c.armRead(now)
@@ -148,7 +188,7 @@ func (c *conn) readFrame() (trace.FrameHeader, error) {
 		}
 		if !started {
 			started = true
-			c.armRead(time.Now())
+			c.armRead(c.s.now())
 		}
 		if buf := c.br.Buffered(); buf > len(b) {
 			b, _ = c.br.Peek(min(buf, trace.MaxFrameHeader)) // all that is buffered: never blocks
@@ -207,9 +247,10 @@ func (c *conn) process() error {
 		if n == 0 {
 			break
 		}
-		start := time.Now()
+		start := c.s.now()
 		closeAfter := c.answer(&r)
-		c.s.metrics.latency.Observe(time.Since(start).Seconds())
+		c.clock = c.s.now()
+		c.s.metrics.latency.Observe((c.clock - start).Seconds())
 		c.awaitSent()
 		off += n
 		if r.quit || closeAfter {
@@ -235,10 +276,13 @@ func (c *conn) process() error {
 }
 
 func (c *conn) write(b []byte) error {
-	now := time.Now()
-	if c.wdl.Sub(now) < c.s.cfg.WriteTimeout*3/4 {
-		c.wdl = now.Add(c.s.cfg.WriteTimeout)
-		c.nc.SetWriteDeadline(c.wdl)
+	now := c.clock
+	if now == 0 {
+		now = c.s.now()
+	}
+	if c.wdl-now < c.s.cfg.WriteTimeout*3/4 {
+		c.wdl = now + c.s.cfg.WriteTimeout
+		c.nc.SetWriteDeadline(c.s.epoch.Add(c.wdl))
 	}
 	_, err := c.nc.Write(b)
 	return err
@@ -246,10 +290,10 @@ func (c *conn) write(b []byte) error {
 
 // armRead makes sure at least three quarters of ReadTimeout are left before
 // the read deadline.
-func (c *conn) armRead(now time.Time) {
-	if c.rdl.Sub(now) < c.s.cfg.ReadTimeout*3/4 {
-		c.rdl = now.Add(c.s.cfg.ReadTimeout)
-		c.nc.SetReadDeadline(c.rdl)
+func (c *conn) armRead(now time.Duration) {
+	if c.rdl-now < c.s.cfg.ReadTimeout*3/4 {
+		c.rdl = now + c.s.cfg.ReadTimeout
+		c.nc.SetReadDeadline(c.s.epoch.Add(c.rdl))
 	}
 }
 
@@ -259,7 +303,7 @@ func (c *conn) armRead(now time.Time) {
 func (c *conn) answer(r *request) (closeAfter bool) {
 	s := c.s
 	proto := c.ad.proto()
-	c.count(s.metrics.requests, proto)
+	c.requests.inc(s.metrics.requests, proto)
 	tid := c.msgTID
 	if r.owner != "" {
 		tid = r.owner
@@ -271,6 +315,7 @@ func (c *conn) answer(r *request) (closeAfter bool) {
 	oc := ObservedCall{Proto: proto, Dst: c.dst, Setup: r.setup, Request: r.raw, Matched: -1, Statement: r.stmt}
 	var out []byte
 	reason := ""
+	observed := false
 	switch {
 	case r.local:
 		out = c.ad.synth(*r)
@@ -300,19 +345,24 @@ func (c *conn) answer(r *request) (closeAfter bool) {
 	default:
 		ts.mu.Lock()
 		out, reason = c.matchTrace(ts, r, &oc)
+		if reason == "" {
+			// answered: observed in the same hold of the lock
+			ts.observe(oc, s.cfg.MaxObserved)
+			observed = true
+		}
 		ts.mu.Unlock()
 	}
 	if reason != "" && !r.noReply {
 		oc.Error = reason
 		out = c.ad.missing(*r, reason)
 		closeAfter = out == nil
-		c.count(s.metrics.misses, proto)
+		c.misses.inc(s.metrics.misses, proto)
 		s.traces.addMissing(MissingMock{Trace: tid, Proto: proto, Dst: c.dst, Request: append([]byte(nil), r.raw...), Reason: reason})
 		s.log.Info("missing mock", "trace", tid, "dst", c.dst, "proto", proto, "op", r.op, "reason", reason)
 	} else if oc.Strategy != "" {
-		c.count(s.metrics.matches, oc.Strategy)
+		c.matches.inc(s.metrics.matches, oc.Strategy)
 	}
-	if ts != nil && (reason == "" || !r.noReply) {
+	if ts != nil && !observed && (reason == "" || !r.noReply) {
 		ts.mu.Lock()
 		ts.observe(oc, s.cfg.MaxObserved)
 		ts.mu.Unlock()
@@ -329,20 +379,11 @@ func (c *conn) matchTrace(ts *traceState, r *request, oc *ObservedCall) ([]byte,
 	if ts.entry == nil {
 		reason = fmt.Sprintf("trace %q resolves to no recording (no session %q is loaded and no alias names it)", ts.id, ts.recID)
 	} else {
-		du := s.idx.unitsFor(ts.entry, c.dst)
-		var used []bool
-		if du != nil {
-			if used = ts.used[c.dst]; used == nil {
-				used = make([]bool, len(du.units))
-				ts.used[c.dst] = used
-			}
+		if c.ds.ts != ts {
+			c.ds = c.dstStateOf(ts)
 		}
-		cur := ts.cursor[c.dst]
-		if cur == nil {
-			cur = map[string]int{}
-			ts.cursor[c.dst] = cur
-		}
-		res, why := match(s.cfg.chain(c.dst), r, du, used, cur)
+		du, used := c.ds.du, c.ds.used
+		res, why := match(c.ds.chain, r, du, used, c.ds.cur)
 		if why == "" {
 			used[res.unit] = true
 			u := &du.units[res.unit]
@@ -350,7 +391,12 @@ func (c *conn) matchTrace(ts *traceState, r *request, oc *ObservedCall) ([]byte,
 			out := c.ad.reply(*r, u.resp)
 			ts.markSent(u.call)
 			if rc := &ts.entry.s.Calls[u.call]; len(out) > 0 && s.cfg.CausalWait > 0 {
-				c.held = hold{ts: ts, need: ts.entry.sentBefore(rc.StartNs + rc.DurNs), conn: rc.Conn}
+				// held only if the trace has not sent every call the
+				// recording sent before this answer (usually it has)
+				h := hold{ts: ts, need: ts.entry.sentBefore(rc.StartNs + rc.DurNs), conn: rc.Conn}
+				if len(ts.unsent(h.need, h.conn)) > 0 {
+					c.held = h
+				}
 			}
 			return out, ""
 		}
@@ -405,6 +451,7 @@ func (c *conn) awaitSent() {
 		wake := h.ts.wake
 		h.ts.mu.Unlock()
 		if timer == nil {
+			c.clock = 0 // a reading from before the wait is stale
 			c.s.metrics.holds.Inc()
 			timer = time.NewTimer(c.s.cfg.CausalWait)
 			defer timer.Stop()
@@ -433,24 +480,18 @@ func clip(s string) string {
 	return s
 }
 
-// count increments a labelled counter through a per-connection cache, so the
-// hot path takes no shared lock.
-func (c *conn) count(vec *prometheus.CounterVec, label string) {
-	k := counterKey{vec, label}
-	ctr := c.counters[k]
-	if ctr == nil {
-		if c.counters == nil {
-			c.counters = map[counterKey]prometheus.Counter{}
-		}
-		ctr = vec.WithLabelValues(label)
-		c.counters[k] = ctr
-	}
-	ctr.Inc()
+// counterSlot increments one child of a labelled counter without the
+// vector's shared lookup while the label stays the same.
+type counterSlot struct {
+	label string
+	ctr   prometheus.Counter
 }
 
-type counterKey struct {
-	vec   *prometheus.CounterVec
-	label string
+func (cs *counterSlot) inc(vec *prometheus.CounterVec, label string) {
+	if cs.ctr == nil || cs.label != label {
+		cs.label, cs.ctr = label, vec.WithLabelValues(label)
+	}
+	cs.ctr.Inc()
 }
 
 // parseHeader decodes the frame header at the start of b like

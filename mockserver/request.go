@@ -50,7 +50,8 @@ func httpRequest(msg []byte, h httpproto.Head, limit int) request {
 
 // redisRequest computes the features of one Redis command.
 func redisRequest(msg []byte, args [][]byte) request {
-	r := request{raw: msg, op: redis.Op(args), key: redis.Key(args), canon: msg, setup: redis.IsSetup(args)}
+	op := redis.Op(args)
+	r := request{raw: msg, op: op, key: redis.KeyOf(args, op), canon: msg, setup: redis.IsSetupOp(op)}
 	first := 1
 	if strings.Contains(r.op, " ") {
 		first = 2

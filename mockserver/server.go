@@ -26,6 +26,11 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// epoch is the origin of the server's clock: connections read the time
+	// as the monotonic time since (cheaper than time.Now, which also reads
+	// the wall clock). It lies just before New, so a reading is never 0.
+	epoch time.Time
+
 	mu      sync.Mutex
 	ln      net.Listener
 	adminLn net.Listener
@@ -46,6 +51,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, idx: newIndex(), traces: newTraceTable(cfg.MaxMissing),
 		conns: map[net.Conn]struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.epoch = time.Now().Add(-time.Nanosecond)
 	s.metrics = newMetrics(func() float64 { return float64(s.idx.count()) })
 	return s, nil
 }
@@ -71,6 +77,9 @@ func (s *Server) Load(ctx context.Context, src Source) (int, error) {
 func (s *Server) AddSession(sess *recording.Session) {
 	s.idx.add(sess)
 }
+
+// now reads the server's clock: the time since epoch, always positive.
+func (s *Server) now() time.Duration { return time.Since(s.epoch) }
 
 // Start binds the listeners and serves in background goroutines until
 // Close.

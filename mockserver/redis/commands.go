@@ -27,9 +27,12 @@ func Op(args [][]byte) string {
 
 // Key returns the first key a command names ("" for none): the argument
 // after the command (and subcommand) name.
-func Key(args [][]byte) string {
+func Key(args [][]byte) string { return KeyOf(args, Op(args)) }
+
+// KeyOf is Key for a command whose Op is op.
+func KeyOf(args [][]byte, op string) string {
 	i := 1
-	if strings.Contains(Op(args), " ") {
+	if strings.Contains(op, " ") {
 		i = 2
 	}
 	if i < len(args) {
@@ -40,8 +43,10 @@ func Key(args [][]byte) string {
 
 // IsSetup reports whether a command is connection set-up (DESIGN.md 3.4),
 // answered per connection rather than per request.
-func IsSetup(args [][]byte) bool {
-	op := Op(args)
+func IsSetup(args [][]byte) bool { return IsSetupOp(Op(args)) }
+
+// IsSetupOp is IsSetup for a command whose Op is op.
+func IsSetupOp(op string) bool {
 	switch op {
 	case "HELLO", "AUTH", "SELECT", "PING", "READONLY", "READWRITE", "QUIT", "RESET":
 		return true

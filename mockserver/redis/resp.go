@@ -35,6 +35,17 @@ func parseInt(b []byte) (int64, error) {
 	if len(b) == 0 || len(b) > 19 {
 		return 0, fmt.Errorf("%w: bad length %q", ErrProtocol, b)
 	}
+	if len(b) <= 18 { // the usual case, plain digits, cannot overflow
+		var n int64
+		for _, c := range b {
+			if c < '0' || c > '9' {
+				goto general
+			}
+			n = n*10 + int64(c-'0')
+		}
+		return n, nil
+	}
+general:
 	n, err := strconv.ParseInt(string(b), 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("%w: bad length %q", ErrProtocol, b)

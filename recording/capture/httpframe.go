@@ -134,14 +134,20 @@ func (f *respFramer) feed(p []byte) bool {
 // headEnd returns the length of the head at the start of p — up to and
 // including the first empty line — or 0 when p does not hold all of it.
 func headEnd(p []byte) int {
-	end := 0
-	if i := bytes.Index(p, []byte("\n\r\n")); i >= 0 {
-		end = i + 3
+	// line by line, so the body after the head is never scanned
+	for off := 0; ; {
+		i := bytes.IndexByte(p[off:], '\n')
+		if i < 0 {
+			return 0
+		}
+		off += i + 1
+		switch {
+		case off < len(p) && p[off] == '\n':
+			return off + 1
+		case off+1 < len(p) && p[off] == '\r' && p[off+1] == '\n':
+			return off + 2
+		}
 	}
-	if i := bytes.Index(p, []byte("\n\n")); i >= 0 && (end == 0 || i+2 < end) {
-		end = i + 2
-	}
-	return end
 }
 
 // endHead decides how the body of the response whose head is head is
@@ -177,13 +183,14 @@ func (f *respFramer) endHead(head []byte) {
 		if !ok {
 			continue
 		}
-		name, value = bytes.TrimSpace(name), bytes.TrimSpace(value)
-		switch {
-		case bytes.EqualFold(name, []byte("content-length")):
-			if n, ok := atoi(value); ok {
+		name = bytes.TrimSpace(name)
+		switch { // lengths first: most lines are neither
+		case len(name) == len("content-length") && bytes.EqualFold(name, []byte("content-length")):
+			if n, ok := atoi(bytes.TrimSpace(value)); ok {
 				cl = n
 			}
-		case bytes.EqualFold(name, []byte("transfer-encoding")):
+		case len(name) == len("transfer-encoding") && bytes.EqualFold(name, []byte("transfer-encoding")):
+			value = bytes.TrimSpace(value)
 			chunked = len(value) >= 7 && bytes.EqualFold(value[len(value)-7:], []byte("chunked"))
 		}
 	}

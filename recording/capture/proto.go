@@ -120,7 +120,20 @@ func firstRedisName(req []byte) ([]byte, bool) {
 
 // setupRedisName is a cheap pre-check of redis.IsSetup on a command name.
 func setupRedisName(name []byte) bool {
-	for _, s := range [...]string{"HELLO", "AUTH", "SELECT", "PING", "READONLY", "READWRITE", "QUIT", "RESET", "CLIENT"} {
+	var names []string
+	switch len(name) { // only names of the length can match
+	case 4:
+		names = []string{"AUTH", "PING", "QUIT"}
+	case 5:
+		names = []string{"HELLO", "RESET"}
+	case 6:
+		names = []string{"SELECT", "CLIENT"}
+	case 8:
+		names = []string{"READONLY"}
+	case 9:
+		names = []string{"READWRITE"}
+	}
+	for _, s := range names {
 		if bytes.EqualFold(name, []byte(s)) {
 			return true
 		}

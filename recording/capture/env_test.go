@@ -51,12 +51,22 @@ func runChild() int {
 }
 
 // runFanOut serves the fan-out service (see BenchmarkFanOutRatio). The
-// downstream's URL and the table come in fanOutDownEnv and fanOutTableEnv;
+// downstream's URL and the table come in fanOutDownEnv and fanOutTableEnv (with
+// no table it makes one of its own);
 // with fanOutProfileEnv it writes a CPU profile there, and its allocation
 // profile beside it (".allocs").
 func runFanOut() int {
-	svc, err := newFanOut(os.Getenv(testenv.RedisEnv), os.Getenv(testenv.MySQLEnv),
-		os.Getenv(fanOutDownEnv), os.Getenv(fanOutTableEnv))
+	table := os.Getenv(fanOutTableEnv)
+	if table == "" { // a table of its own (scripts/count-record.sh)
+		t, drop, err := tempTable(os.Getenv(testenv.MySQLEnv))
+		if err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		defer drop()
+		table = t
+	}
+	svc, err := newFanOut(os.Getenv(testenv.RedisEnv), os.Getenv(testenv.MySQLEnv), os.Getenv(fanOutDownEnv), table)
 	if err != nil {
 		fmt.Println(err)
 		return 1

@@ -182,8 +182,19 @@ func installRecorder(tb testing.TB, app string, sampler recording.Sampler) (*cap
 // agent is installed) and drops it at the end.
 func createTable(tb testing.TB, dsn string) string {
 	tb.Helper()
-	cfg, err := mysql.ParseDSN(dsn)
+	table, drop, err := tempTable(dsn)
 	require.NoError(tb, err)
+	tb.Cleanup(drop)
+	return table
+}
+
+// tempTable makes a table of its own in the database of dsn, and returns
+// how to drop it.
+func tempTable(dsn string) (table string, drop func(), err error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "", nil, err
+	}
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
 	}
@@ -191,19 +202,21 @@ func createTable(tb testing.TB, dsn string) string {
 	// fills up after about 40,000 of these rows (long benchmark runs)
 	cfg.Params["max_heap_table_size"] = "268435456"
 	db, err := sql.Open("mysql", cfg.FormatDSN())
-	require.NoError(tb, err)
+	if err != nil {
+		return "", nil, err
+	}
 	defer db.Close()
-	table := "capture_" + trace.NewID()[:12]
-	_, err = db.Exec("CREATE TABLE " + table + " (id VARCHAR(32) PRIMARY KEY, v VARCHAR(64)) ENGINE=MEMORY")
-	require.NoError(tb, err)
-	tb.Cleanup(func() {
+	table = "capture_" + trace.NewID()[:12]
+	if _, err = db.Exec("CREATE TABLE " + table + " (id VARCHAR(32) PRIMARY KEY, v VARCHAR(64)) ENGINE=MEMORY"); err != nil {
+		return "", nil, err
+	}
+	return table, func() {
 		db, err := sql.Open("mysql", cfg.FormatDSN())
 		if err == nil {
 			_, _ = db.Exec("DROP TABLE " + table)
 			db.Close()
 		}
-	})
-	return table
+	}, nil
 }
 
 // settle waits until no session is in progress (the agent reports a

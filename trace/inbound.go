@@ -520,13 +520,10 @@ func (p *InboundParser) wholeLine(i int, f *feed) (next int, ok bool) {
 		p.headerDone(v, long, true)
 		return next, true
 	}
-	if colon <= 0 {
+	// a name holds no line end (nameByte): the line has no LF and no
+	// colon before this one, so only a CR can be there
+	if colon <= 0 || bytes.IndexByte(line[:colon], '\r') >= 0 {
 		return 0, false
-	}
-	for _, c := range line[:colon] {
-		if !nameByte(c) {
-			return 0, false
-		}
 	}
 	p.hdr = kindOf(line[:colon])
 	v, long := capValue(line[colon+1:])
@@ -730,6 +727,9 @@ func (p *InboundParser) endHeader() {
 func (p *InboundParser) headerDone(v []byte, long, strip bool) {
 	p.strip = strip
 	p.state = sLineStart
+	if p.hdr == hOther || p.hdr == hRetraceOther {
+		return // the value does not matter
+	}
 	v = trimOWS(v)
 	switch p.hdr {
 	case hContentLength:

@@ -45,13 +45,33 @@ func KeyOf(args [][]byte, op string) string {
 // answered per connection rather than per request.
 func IsSetup(args [][]byte) bool { return IsSetupOp(Op(args)) }
 
+// setupNames are the commands that are connection set-up, besides CLIENT
+// and its subcommands.
+var setupNames = [...]string{"HELLO", "AUTH", "SELECT", "PING", "READONLY", "READWRITE", "QUIT", "RESET"}
+
 // IsSetupOp is IsSetup for a command whose Op is op.
 func IsSetupOp(op string) bool {
-	switch op {
-	case "HELLO", "AUTH", "SELECT", "PING", "READONLY", "READWRITE", "QUIT", "RESET":
-		return true
+	for _, s := range setupNames {
+		if op == s {
+			return true
+		}
 	}
 	return strings.HasPrefix(op, "CLIENT ")
+}
+
+// MayBeSetup reports, from a command's name alone (in any case), whether
+// the command can be set-up: a check that allocates nothing before
+// parsing the command for IsSetup.
+func MayBeSetup(name []byte) bool {
+	if len(name) == len("CLIENT") && bytes.EqualFold(name, []byte("CLIENT")) {
+		return true
+	}
+	for _, s := range setupNames {
+		if len(name) == len(s) && bytes.EqualFold(name, []byte(s)) {
+			return true
+		}
+	}
+	return false
 }
 
 // SetupReply is the reply the mock server makes up for a set-up command that

@@ -35,22 +35,30 @@ func parseInt(b []byte) (int64, error) {
 	if len(b) == 0 || len(b) > 19 {
 		return 0, fmt.Errorf("%w: bad length %q", ErrProtocol, b)
 	}
-	if len(b) <= 18 { // the usual case, plain digits, cannot overflow
-		var n int64
-		for _, c := range b {
-			if c < '0' || c > '9' {
-				goto general
-			}
-			n = n*10 + int64(c-'0')
-		}
+	if n, ok := plainDigits(b); ok { // the usual case
 		return n, nil
 	}
-general:
 	n, err := strconv.ParseInt(string(b), 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("%w: bad length %q", ErrProtocol, b)
 	}
 	return n, nil
+}
+
+// plainDigits parses b when it is at most 18 decimal digits (no sign), which
+// cannot overflow.
+func plainDigits(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 // ParseCommand parses the client command at the start of b and returns its

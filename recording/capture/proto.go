@@ -79,7 +79,7 @@ func mayBeMySQLGreeting(p []byte) bool {
 // decided from its name without allocating.
 func isSetupRedis(req []byte) bool {
 	name, ok := firstRedisName(req)
-	if !ok || !setupRedisName(name) {
+	if !ok || !redis.MayBeSetup(name) {
 		return false
 	}
 	n := 0
@@ -116,29 +116,6 @@ func firstRedisName(req []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return rest[j+2 : j+2+l], true
-}
-
-// setupRedisName is a cheap pre-check of redis.IsSetup on a command name.
-func setupRedisName(name []byte) bool {
-	var names []string
-	switch len(name) { // only names of the length can match
-	case 4:
-		names = []string{"AUTH", "PING", "QUIT"}
-	case 5:
-		names = []string{"HELLO", "RESET"}
-	case 6:
-		names = []string{"SELECT", "CLIENT"}
-	case 8:
-		names = []string{"READONLY"}
-	case 9:
-		names = []string{"READWRITE"}
-	}
-	for _, s := range names {
-		if bytes.EqualFold(name, []byte(s)) {
-			return true
-		}
-	}
-	return false
 }
 
 // isSetupMySQL reports whether a command-phase request is session set-up

@@ -45,6 +45,9 @@ func TestMarshalMatchesEncodingJSON(t *testing.T) {
 func FuzzMarshalMatchesEncodingJSON(f *testing.F) {
 	f.Add("x", "app", []byte("GET / HTTP/1.1\r\n\r\n"), []byte{0xff, 0}, int64(5))
 	f.Add("<", "\u2028\x00", []byte("\xc3"), []byte("é"), int64(-1))
+	// runs longer than a word, escapes and characters across word edges
+	f.Add("订单-12345678", "app\u2029app", []byte("POST /订单 HTTP/1.1\r\nContent-Length: 8\r\n\r\n{\"a\":\"\\\"}"),
+		[]byte("\x00\x00\x00\x01\x03SELECT 1234567\x7f\xe2\x80\xa8x"), int64(1234567890123))
 	f.Fuzz(func(t *testing.T, id, app string, req, resp []byte, n int64) {
 		s := &Session{ID: id, App: app, At: time.Unix(0, n).UTC(),
 			Inbound: Inbound{Proto: app, Local: id, Request: req, Response: resp, StartNs: n},
@@ -68,4 +71,27 @@ func BenchmarkMarshal(b *testing.B) {
 			_, _ = marshalSlow(s)
 		}
 	})
+}
+
+func TestSpecialMatchesTable(t *testing.T) {
+	for c := range 256 {
+		for pos := range 8 {
+			// c at pos among plain bytes, and among bytes that are not
+			for _, fill := range []byte{'a', 0x00, 0xff} {
+				var w uint64
+				for k := range 8 {
+					b := fill
+					if k == pos {
+						b = byte(c)
+					}
+					w |= uint64(b) << (8 * k)
+				}
+				got := special(w)
+				for k := range 8 {
+					b := byte(w >> (8 * k))
+					assert.Equal(t, !jsonPlain[b], got>>(8*k+7)&1 == 1, "byte %#x at %d in %#x", b, k, w)
+				}
+			}
+		}
+	}
 }

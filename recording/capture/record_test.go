@@ -305,6 +305,7 @@ func BenchmarkFanOutRatio(b *testing.B) {
 		name, rate string
 		dirs       []string
 		wall, cpu  time.Duration
+		sys        time.Duration // the part of cpu spent in the kernel
 		perBlock   []time.Duration
 		io         [2]int64 // read and write system calls
 	}
@@ -317,6 +318,7 @@ func BenchmarkFanOutRatio(b *testing.B) {
 		cmd  *exec.Cmd
 		c    *http.Client
 		cpu0 time.Duration
+		sys0 time.Duration
 		io0  [2]int64
 		wall time.Duration
 	}
@@ -360,7 +362,7 @@ func BenchmarkFanOutRatio(b *testing.B) {
 		}
 		for _, s := range svcs {
 			send(s, 300) // warm the pools, the table and the store
-			s.cpu0 = childCPU(b, s.cmd.Process.Pid)
+			s.cpu0, s.sys0 = childCPU(b, s.cmd.Process.Pid)
 			s.io0 = childIO(b, s.cmd.Process.Pid)
 		}
 		b.StartTimer()
@@ -381,6 +383,7 @@ func BenchmarkFanOutRatio(b *testing.B) {
 			}
 			st := s.cmd.ProcessState
 			s.mode.cpu += st.UserTime() + st.SystemTime() - s.cpu0
+			s.mode.sys += st.SystemTime() - s.sys0
 			s.mode.wall += s.wall
 			s.perBlock = append(s.perBlock, s.wall)
 		}
@@ -392,6 +395,7 @@ func BenchmarkFanOutRatio(b *testing.B) {
 	for _, m := range modes {
 		b.ReportMetric(n/m.wall.Seconds(), m.name+"-req/s")
 		b.ReportMetric(float64(m.cpu.Microseconds())/n, m.name+"-cpu-µs/req")
+		b.ReportMetric(float64(m.sys.Microseconds())/n, m.name+"-sys-µs/req")
 		b.ReportMetric(float64(m.io[0])/n, m.name+"-reads/req")
 		b.ReportMetric(float64(m.io[1])/n, m.name+"-writes/req")
 	}
@@ -419,9 +423,9 @@ func BenchmarkFanOutRatio(b *testing.B) {
 	}
 }
 
-// childCPU returns the user and system CPU time process pid has used, from
-// /proc (in clock ticks of 10 ms).
-func childCPU(tb testing.TB, pid int) time.Duration {
+// childCPU returns the CPU time process pid has used, user and system
+// together and system alone, from /proc (in clock ticks of 10 ms).
+func childCPU(tb testing.TB, pid int) (cpu, sys time.Duration) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	require.NoError(tb, err)
 	// the command name, in parentheses, may hold spaces: fields count
@@ -430,7 +434,7 @@ func childCPU(tb testing.TB, pid int) time.Duration {
 	utime, err1 := strconv.ParseInt(f[11], 10, 64)
 	stime, err2 := strconv.ParseInt(f[12], 10, 64)
 	require.NoError(tb, errors.Join(err1, err2))
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return time.Duration(utime+stime) * 10 * time.Millisecond, time.Duration(stime) * 10 * time.Millisecond
 }
 
 // childIO returns the read and write system calls process pid has made,

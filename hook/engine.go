@@ -385,6 +385,9 @@ func (e *engine) shutdown() {
 	}
 }
 
+// noTID is the connection's trace while it serves a request of none.
+var noTID = ""
+
 // bind makes tid the trace of the inbound connection's current request on
 // the calling goroutine, releasing the previous request's binding.
 func (e *engine) bind(st *connState, tid string, replayTime time.Time) {
@@ -406,8 +409,11 @@ func (e *engine) bind(st *connState, tid string, replayTime time.Time) {
 		}
 	}
 	if e.cfg.Mode == Record { // only record mode reports responses by trace
-		tp := new(string)
-		*tp = tid
+		tp := &noTID // requests not sampled share it: no allocation
+		if tid != "" {
+			tp = new(string)
+			*tp = tid
+		}
 		st.curTID.Store(tp)
 	}
 }

@@ -50,13 +50,22 @@ type call struct {
 	keep       bool // bytes are stored: the call belongs (or may belong) to a session
 	start, end int64
 	req, resp  payload
-	framer     respFramer // HTTP: where the response ends
+	framer     *respFramer // HTTP: where the response ends (nil for other protocols: most calls)
 	// MySQL: the call ends with a COM_STMT_PREPARE; its answer's first
 	// bytes (up to the statement id) are kept in head until they tell the
 	// statement id.
 	prepare bool
 	headN   uint8
 	head    [prepareIDEnd]byte
+}
+
+// httpFramer returns the call's response framer, made if the call began
+// before its connection was known to be HTTP.
+func (c *call) httpFramer() *respFramer {
+	if c.framer == nil {
+		c.framer = &respFramer{}
+	}
+	return c.framer
 }
 
 // prepareIDEnd is where the statement id of a COM_STMT_PREPARE_OK packet
@@ -110,7 +119,7 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	cur := oc.cur
 	// The same call goes on while nothing has answered it yet, or while
 	// an HTTP request that got "100 Continue" sends its body.
-	if cur != nil && cur.tid == tid && (cur.resp.n == 0 || oc.proto == protoHTTP && cur.framer.awaitingFinal()) {
+	if cur != nil && cur.tid == tid && (cur.resp.n == 0 || oc.proto == protoHTTP && cur.httpFramer().awaitingFinal()) {
 		if cur.keep {
 			cur.req.add(p, r.max, &oc.arena)
 		}
@@ -138,7 +147,7 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 		cur.prepare = oc.authed && endsWithPrepare(p)
 		oc.authed = true
 	case protoHTTP:
-		cur.framer.noBody = bytes.HasPrefix(p, []byte("HEAD "))
+		cur.framer = &respFramer{noBody: bytes.HasPrefix(p, []byte("HEAD "))}
 	}
 	// the session is looked up here rather than in place: the deepest frame
 	// on this path is what makes the runtime grow a client's stack
@@ -149,7 +158,7 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	if len(oc.early) > 0 {
 		if oc.proto == protoHTTP {
 			cur.resp.add(oc.early, r.maxFor(cur), &oc.arena)
-			cur.framer.feed(oc.early)
+			cur.httpFramer().feed(oc.early)
 		}
 		oc.early = oc.early[:0]
 	}
@@ -225,13 +234,13 @@ func (r *Recorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 	case cur == nil:
 		return
 	case oc.proto == protoHTTP:
-		if cur.framer.done() {
+		if cur.httpFramer().done() {
 			if len(oc.early)+len(p) <= maxEarly {
 				oc.early = append(oc.early, p...)
 			}
 			return
 		}
-		cur.framer.feed(p)
+		cur.httpFramer().feed(p)
 	default:
 		// Clients of these protocols read on the goroutine that wrote: an
 		// answer read under another trace answers a write that was not

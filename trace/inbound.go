@@ -2,7 +2,9 @@ package trace
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -241,6 +243,9 @@ func (p *InboundParser) Feed(out, in []byte, onRequest func(RequestHead, int)) [
 			case tchar(c):
 				p.beginRequest(p.total + int64(i-f.run))
 				p.state = sMethod
+				if next, ok := p.requestLine(in, i); ok {
+					i = next
+				}
 			default:
 				p.state = sPass
 			}
@@ -373,12 +378,76 @@ func (p *InboundParser) flush(f *feed, i int) {
 	f.run = i
 }
 
+// targetEnd returns the index of the first byte of b that cannot be part of
+// a request target (a control byte, a space or DEL), or len(b). It tests
+// eight bytes at a time: targets are tens of bytes long. In each word the
+// classic tests for a byte below 0x21 and for a zero byte (of w^0x7f…)
+// flag the bytes that end a target; a borrow can flag a byte above a true
+// one, never below, so the lowest flag is exact.
+func targetEnd(b []byte) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; len(b)-i >= 8; i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		del := w ^ (ones * 0x7f)
+		if m := ((w-ones*0x21)&^w | (del-ones)&^del) & highs; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	for ; i < len(b); i++ {
+		if b[i] <= ' ' || b[i] == 0x7f {
+			break
+		}
+	}
+	return i
+}
+
+// requestLine is the fast path for a request line that lies whole in in,
+// starting at in[i] (in sMethod, right after beginRequest): it reads the
+// method, target and version in one step and returns where the header
+// lines start, doing exactly what the byte-wise states would. It reports
+// false, changing nothing, when the line is not whole or not one the
+// byte-wise states accept without a doubt (they then decide).
+func (p *InboundParser) requestLine(in []byte, i int) (next int, ok bool) {
+	j := bytes.IndexByte(in[i:], '\n')
+	if j < 0 {
+		return 0, false
+	}
+	line := in[i : i+j]
+	next = i + j + 1
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	sp := bytes.IndexByte(line, ' ')
+	if sp <= 0 || sp > len(p.method) {
+		return 0, false
+	}
+	method, rest := line[:sp], line[sp+1:]
+	for _, c := range method {
+		if !tchar(c) {
+			return 0, false
+		}
+	}
+	sp = targetEnd(rest)
+	if sp == 0 || sp == len(rest) || rest[sp] != ' ' {
+		return 0, false
+	}
+	target, version := rest[:sp], rest[sp+1:]
+	const v = "HTTP/1."
+	if len(version) != len(v)+1 || string(version[:len(v)]) != v || version[len(v)] < '0' || version[len(v)] > '9' {
+		return 0, false
+	}
+	p.nmethod = copy(p.method[:], method)
+	p.path = append(p.path, target[:min(len(target), MaxPathLen)]...)
+	p.state = sLineStart
+	p.nheld, p.strip, p.hdr = 0, false, hOther
+	p.nname, p.nval, p.long = 0, 0, false
+	return next, true
+}
+
 // target reads the request target up to the space before the version.
 func (p *InboundParser) target(in []byte, i int) int {
-	j := i
-	for j < len(in) && in[j] > ' ' && in[j] != 0x7f {
-		j++
-	}
+	j := i + targetEnd(in[i:])
 	if room := MaxPathLen - len(p.path); room > 0 {
 		p.path = append(p.path, in[i:min(j, i+room)]...)
 	}

@@ -338,3 +338,27 @@ func TestLikelyHTTP(t *testing.T) {
 		}
 	}
 }
+
+func TestTargetEndMatchesBytes(t *testing.T) {
+	naive := func(b []byte) int {
+		for i, c := range b {
+			if c <= ' ' || c == 0x7f {
+				return i
+			}
+		}
+		return len(b)
+	}
+	for c := range 256 {
+		for n := range 20 {
+			for pos := range n {
+				for _, fill := range []byte{'a', 0x80, 0xff, '!'} {
+					b := bytes.Repeat([]byte{fill}, n)
+					b[pos] = byte(c)
+					if got, want := targetEnd(b), naive(b); got != want {
+						t.Fatalf("targetEnd(%q) = %d, want %d", b, got, want)
+					}
+				}
+			}
+		}
+	}
+}

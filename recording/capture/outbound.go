@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/internal/httpframe"
 	"github.com/retrace-dev/retrace/mockserver/mysql"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
@@ -50,7 +51,7 @@ type call struct {
 	keep       bool // bytes are stored: the call belongs (or may belong) to a session
 	start, end int64
 	req, resp  payload
-	framer     respFramer // HTTP: where the response ends
+	framer     httpframe.Response // HTTP: where the response ends
 	// MySQL: the call ends with a COM_STMT_PREPARE; its answer's first
 	// bytes (up to the statement id) are kept in head until they tell the
 	// statement id.
@@ -110,7 +111,7 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	cur := oc.cur
 	// The same call goes on while nothing has answered it yet, or while
 	// an HTTP request that got "100 Continue" sends its body.
-	if cur != nil && cur.tid == tid && (cur.resp.n == 0 || oc.proto == protoHTTP && cur.framer.awaitingFinal()) {
+	if cur != nil && cur.tid == tid && (cur.resp.n == 0 || oc.proto == protoHTTP && cur.framer.AwaitingFinal()) {
 		if cur.keep {
 			cur.req.add(p, r.max, &oc.arena)
 		}
@@ -138,7 +139,7 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 		cur.prepare = oc.authed && endsWithPrepare(p)
 		oc.authed = true
 	case protoHTTP:
-		cur.framer.noBody = bytes.HasPrefix(p, []byte("HEAD "))
+		cur.framer.NoBody = bytes.HasPrefix(p, []byte("HEAD "))
 	}
 	// the session is looked up here rather than in place: the deepest frame
 	// on this path is what makes the runtime grow a client's stack
@@ -149,7 +150,7 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	if len(oc.early) > 0 {
 		if oc.proto == protoHTTP {
 			cur.resp.add(oc.early, r.maxFor(cur), &oc.arena)
-			cur.framer.feed(oc.early)
+			cur.framer.Feed(oc.early)
 		}
 		oc.early = oc.early[:0]
 	}
@@ -225,13 +226,13 @@ func (r *Recorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 	case cur == nil:
 		return
 	case oc.proto == protoHTTP:
-		if cur.framer.done() {
+		if cur.framer.Done() {
 			if len(oc.early)+len(p) <= maxEarly {
 				oc.early = append(oc.early, p...)
 			}
 			return
 		}
-		cur.framer.feed(p)
+		cur.framer.Feed(p)
 	default:
 		// Clients of these protocols read on the goroutine that wrote: an
 		// answer read under another trace answers a write that was not

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/internal/httpframe"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
 )
@@ -155,7 +156,7 @@ type active struct {
 	arena  arena      // the bytes of req and resp
 	req    payload
 	resp   payload
-	framer respFramer
+	framer httpframe.Response
 	calls  []*call
 	done   bool
 }
@@ -174,7 +175,7 @@ func (r *Recorder) StartRequest(c *hook.ConnInfo, head trace.RequestHead) string
 	// the call on the wall clock even if the goroutine is preempted here
 	now := time.Now()
 	a := &active{at: now, start: int64(now.Sub(r.base)), conn: c.ID, local: c.Local, remote: c.Remote}
-	a.framer.noBody = head.Method == "HEAD"
+	a.framer.NoBody = head.Method == "HEAD"
 	a.id = head.TraceParent
 	if a.id == "" || !r.sessions.putNew(a.id, a) {
 		// no traceparent, or a session of that trace is in progress
@@ -226,7 +227,7 @@ func (r *Recorder) InboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	complete := false
 	if !a.done {
 		a.resp.add(p, r.max, &a.arena)
-		complete = a.framer.feed(p)
+		complete = a.framer.Feed(p)
 	}
 	a.mu.Unlock()
 	if complete {

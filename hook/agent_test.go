@@ -43,14 +43,21 @@ func newFanOut(t *testing.T) *fanOut {
 // serve starts the service on f.sutLn (after the hooks are installed) and
 // returns its address; everything is closed at the end of the test, before
 // the hooks are removed (cleanups run last-in first-out).
-func (f *fanOut) serve(t *testing.T) string {
+func (f *fanOut) serve(t *testing.T) string { return f.serveWith(t, nil) }
+
+// serveWith is serve with the service's handler wrapped by wrap (nil: none).
+func (f *fanOut) serveWith(t *testing.T, wrap func(http.Handler) http.Handler) string {
 	svc := &agenttest.Service{
 		Line:    &agenttest.LinePool{Addr: f.line.Addr},
 		Redis:   redis.NewClient(&redis.Options{Addr: f.redisAddr, PoolSize: 8, DisableIdentity: true}),
 		HTTP:    &http.Client{Transport: &http.Transport{MaxConnsPerHost: 4, MaxIdleConnsPerHost: 4}},
 		EchoURL: f.echo.URL,
 	}
-	srv := &http.Server{Handler: svc}
+	var h http.Handler = svc
+	if wrap != nil {
+		h = wrap(svc)
+	}
+	srv := &http.Server{Handler: h}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

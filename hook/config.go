@@ -94,7 +94,10 @@ type Recorder interface {
 	// StartRequest is called when the head of a new HTTP request on an
 	// accepted connection has been read, before the application sees it. It
 	// returns the trace id to bind for this request, or "" when the request
-	// is not sampled (then nothing of it is reported).
+	// is not sampled (then nothing of it is reported). A client may
+	// pipeline requests: a request read before the final response to the
+	// one before it has begun waits its turn, and both are in progress
+	// until their responses, which come in request order.
 	StartRequest(c *ConnInfo, head trace.RequestHead) (tid string)
 	// InboundRead reports bytes the application read on an accepted
 	// connection (Retrace-* headers stripped), with the tid StartRequest
@@ -102,8 +105,10 @@ type Recorder interface {
 	// are not reported.
 	InboundRead(c *ConnInfo, tid string, p []byte)
 	// InboundWrite reports bytes of the response the application wrote on
-	// an accepted connection, with the tid of the connection's current
-	// request. Bytes of unsampled requests are not reported.
+	// an accepted connection, with the tid of the request they answer (the
+	// one being served; with pipelined requests, a write that ends one
+	// response and begins the next is reported in two pieces). Bytes of
+	// unsampled requests are not reported.
 	InboundWrite(c *ConnInfo, tid string, p []byte)
 	// OutboundWrite reports bytes written on a dialled connection (the
 	// in-band Retrace-Trace-Id stripped), with the tid of the request that

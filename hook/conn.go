@@ -196,7 +196,8 @@ func (e *engine) parseInbound(st *connState, b []byte, n int) (k int, ok bool) {
 func noTrace() string { return "" }
 
 // startRequest decides the trace of a request whose head has just been
-// read and binds it to the calling goroutine (the one that will serve it).
+// read and binds it to the calling goroutine (the one that will serve it),
+// or queues it behind the request being served (see serving).
 func (e *engine) startRequest(st *connState, h *trace.RequestHead) string {
 	counters.requests.Add(1)
 	var tid string
@@ -211,15 +212,14 @@ func (e *engine) startRequest(st *connState, h *trace.RequestHead) string {
 				"value", h.BadValue, "conn", st.info.Remote)
 		}
 		tid = h.TraceID
-		e.bind(st, tid, h.ReplayTime)
 	case Record:
 		e.recordCall("start-request", func() { tid = e.cfg.Recorder.StartRequest(&st.info, *h) })
 		if tid != "" && !trace.ValidID(tid) {
 			e.reportOnce("recorder-tid", "the recorder returned an invalid trace id; request not traced", "tid", tid)
 			tid = ""
 		}
-		e.bind(st, tid, h.ReplayTime)
 	}
+	e.admit(st, tid, h)
 	if tid != "" {
 		counters.traced.Add(1)
 	}
@@ -237,12 +237,19 @@ func (e *engine) recordCall(where string, f func()) {
 }
 
 // inboundWrite writes a response on an accepted connection: never framed,
-// never redirected; reported in record mode.
+// never redirected; reported in record mode. The first write of each
+// response marks the response begun (see serving); a write while requests
+// wait behind the current one, and one that may be an interim response
+// (status 1xx), take inboundWriteTurn.
 //
 // Record mode reports written bytes before writing them, here and on
 // outbound connections: the answer, read on another goroutine, can then
 // never be reported before the bytes it answers.
 func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) {
+	if r := st.srv.resp.Load(); r != respStarted && len(b) > 0 &&
+		(r != respIdle || len(b) > 9 && b[9] == '1' || !st.srv.resp.CompareAndSwap(respIdle, respStarted)) {
+		return e.inboundWriteTurn(st, c, b)
+	}
 	if len(b) > 0 && e.cfg.Mode == Record {
 		if tid := st.tid(); tid != "" {
 			e.recordCall("inbound-write", func() { e.cfg.Recorder.InboundWrite(&st.info, tid, b) })

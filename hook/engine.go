@@ -114,9 +114,8 @@ type connState struct {
 	preamble atomic.Bool // the preamble frame has been sent (set under wmu)
 	wbuf     []byte
 
-	bmu     sync.Mutex // the binding of the inbound request being served
-	release func()
-	curTID  atomic.Pointer[string] // inbound: trace of the current request
+	srv    serving                // inbound: the request being served, those waiting (serving.go)
+	curTID atomic.Pointer[string] // inbound, record mode: trace of the current request
 }
 
 // setupUntraced is how many writes with no trace record mode reports on
@@ -366,13 +365,7 @@ func (e *engine) forget(st *connState) {
 			e.recovered("close", r)
 		}
 	}()
-	st.bmu.Lock()
-	rel := st.release
-	st.release = nil
-	st.bmu.Unlock()
-	if rel != nil {
-		rel()
-	}
+	st.unbind()
 	if e.cfg.Mode == Record {
 		e.cfg.Recorder.Closed(&st.info)
 	}
@@ -382,38 +375,5 @@ func (e *engine) forget(st *connState) {
 func (e *engine) shutdown() {
 	for _, st := range e.conns.drain() {
 		e.forget(st)
-	}
-}
-
-// noTID is the connection's trace while it serves a request of none.
-var noTID = ""
-
-// bind makes tid the trace of the inbound connection's current request on
-// the calling goroutine, releasing the previous request's binding.
-func (e *engine) bind(st *connState, tid string, replayTime time.Time) {
-	var t *trace.Trace
-	if tid != "" {
-		t = &trace.Trace{ID: tid, ReplayTime: replayTime, Arrived: e.now()}
-	}
-	st.bmu.Lock()
-	defer st.bmu.Unlock()
-	if st.release != nil {
-		st.release()
-		st.release = nil
-	}
-	if t != nil {
-		st.release = trace.Bind(t)
-		counters.bound.Add(1)
-		if !replayTime.IsZero() {
-			st.release = withReplayClock(st.release)
-		}
-	}
-	if e.cfg.Mode == Record { // only record mode reports responses by trace
-		tp := &noTID // requests not sampled share it: no allocation
-		if tid != "" {
-			tp = new(string)
-			*tp = tid
-		}
-		st.curTID.Store(tp)
 	}
 }

@@ -161,3 +161,109 @@ func BenchmarkTimeNow(b *testing.B) {
 		})
 	}
 }
+
+// idRecorder samples every request under one trace id and keeps nothing.
+type idRecorder struct{ nopRecorder }
+
+func (idRecorder) StartRequest(*ConnInfo, trace.RequestHead) string { return "rt0123456789abcdef" }
+
+// BenchmarkInboundRequest measures what the hooks add to serving one
+// request on an accepted keep-alive connection, without the system calls:
+// one Read that returns a whole request head, then the response written as
+// a head and a body (two Writes), as net/http does for a response larger
+// than its buffer. It is the common case on the inbound side: no request
+// waits behind another.
+func BenchmarkInboundRequest(b *testing.B) {
+	const id = "rt0123456789abcdef"
+	plain := "GET /orders/42?x=1 HTTP/1.1\r\nHost: svc:8080\r\nUser-Agent: Go-http-client/1.1\r\nAccept-Encoding: gzip\r\n\r\n"
+	traced := "GET /orders/42?x=1 HTTP/1.1\r\nHost: svc:8080\r\nRetrace-Trace-Id: " + id + "\r\nUser-Agent: Go-http-client/1.1\r\nAccept-Encoding: gzip\r\n\r\n"
+	respHead := []byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 64\r\n\r\n")
+	respBody := make([]byte, 64)
+	cases := []struct {
+		name string
+		mode Mode
+		req  string
+		rec  Recorder
+	}{
+		{name: "unhooked", req: plain},
+		{name: "replay/untraced", mode: Replay, req: plain},
+		{name: "replay/traced", mode: Replay, req: traced},
+		{name: "record/unsampled", mode: Record, req: plain, rec: nopRecorder{}},
+		{name: "record/sampled", mode: Record, req: plain, rec: idRecorder{}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ln.Close()
+			if c.mode != Off {
+				cfg := Config{Mode: c.mode, MockAddr: "127.0.0.1:9", Passthrough: []string{ln.Addr().String()},
+					Recorder: c.rec, Logger: slog.New(slog.DiscardHandler)}
+				undo, err := Install(cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer undo()
+			}
+			client, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer client.Close()
+			conn, err := ln.Accept()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			nc := (*netConn)(unsafe.Pointer(conn.(*net.TCPConn)))
+			l, _ := layout()
+			fake := *l
+			req := []byte(c.req)
+			fake.fdRead = func(fd unsafe.Pointer, p []byte) (int, error) {
+				if fd == nc.fd {
+					return copy(p, req), nil
+				}
+				return l.fdRead(fd, p)
+			}
+			fake.fdWrite = func(fd unsafe.Pointer, p []byte) (int, error) {
+				if fd == nc.fd {
+					return len(p), nil
+				}
+				return l.fdWrite(fd, p)
+			}
+			e := active.Load()
+			if e != nil {
+				e.l = &fake
+				defer func() { e.l = l }()
+			}
+			buf := make([]byte, 4096)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				var err error
+				if e == nil {
+					_, err = fake.plainRead(nc, buf)
+					if err == nil {
+						_, err = fake.plainWrite(nc, respHead)
+					}
+					if err == nil {
+						_, err = fake.plainWrite(nc, respBody)
+					}
+				} else {
+					_, err = connRead(nc, buf)
+					if err == nil {
+						_, err = connWrite(nc, respHead)
+					}
+					if err == nil {
+						_, err = connWrite(nc, respBody)
+					}
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -11,7 +11,7 @@ import (
 var counters struct {
 	conns, requests, traced, bound          atomic.Int64
 	framed, preambles, redirected, stripped atomic.Int64
-	carried, failures                       atomic.Int64
+	carried, failures, pipelined            atomic.Int64
 }
 
 var patchState struct {
@@ -35,6 +35,10 @@ type Stats struct {
 	Requests  int64 // inbound request heads read
 	Traced    int64 // of those, requests that got a trace
 	Bindings  int64 // trace.Bind calls made for them
+	// Pipelined counts inbound requests read while the response to an
+	// earlier one on their connection had not begun: they waited their
+	// turn, and their trace was bound when it came.
+	Pipelined int64
 
 	RedirectedConnects int64 // replay: connects sent to the mock server
 	Preambles          int64 // replay: preamble frames sent
@@ -64,6 +68,7 @@ func ReadStats() Stats {
 	s.Requests = counters.requests.Load()
 	s.Traced = counters.traced.Load()
 	s.Bindings = counters.bound.Load()
+	s.Pipelined = counters.pipelined.Load()
 	s.RedirectedConnects = counters.redirected.Load()
 	s.Preambles = counters.preambles.Load()
 	s.FramedWrites = counters.framed.Load()

@@ -76,8 +76,12 @@ func (rc *RawClient) WriteRaw(b []byte) error {
 }
 
 // ReadResponse reads one response.
-func (rc *RawClient) ReadResponse() (int, []byte, error) {
-	resp, err := http.ReadResponse(rc.br, nil)
+func (rc *RawClient) ReadResponse() (int, []byte, error) { return rc.ReadResponseTo("GET") }
+
+// ReadResponseTo reads the response to a request of the method ("HEAD":
+// a response without a body).
+func (rc *RawClient) ReadResponseTo(method string) (int, []byte, error) {
+	resp, err := http.ReadResponse(rc.br, &http.Request{Method: method})
 	if err != nil {
 		return 0, nil, err
 	}

@@ -10,7 +10,11 @@
 //     that id is in progress), else a fresh trace.NewID(). It ends when the
 //     response is complete by HTTP framing (Content-Length, chunked, no
 //     body for HEAD/1xx/204/304; a response delimited by the connection's
-//     close ends with the close).
+//     close ends with the close). Requests a client pipelines on one
+//     connection (read before the final response to the one before them
+//     began) are sessions in progress at once, in a list per connection:
+//     each gets its own response, in order; a request read once the
+//     response before it has begun ends that session, framed or not.
 //   - On a dialled connection a call is a burst of writes followed by the
 //     reads that answer it; a write after reads, or a write charged to
 //     another trace, starts the next call. Reads may come on any goroutine

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/internal/httpframe"
 	"github.com/retrace-dev/retrace/mockserver/mysql"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
@@ -50,7 +51,7 @@ type call struct {
 	keep       bool // bytes are stored: the call belongs (or may belong) to a session
 	start, end int64
 	req, resp  payload
-	framer     *respFramer // HTTP: where the response ends (nil for other protocols: most calls)
+	framer     *httpframe.Response // HTTP: where the response ends (nil for other protocols: most calls)
 	// MySQL: the call ends with a COM_STMT_PREPARE; its answer's first
 	// bytes (up to the statement id) are kept in head until they tell the
 	// statement id.
@@ -61,9 +62,9 @@ type call struct {
 
 // httpFramer returns the call's response framer, made if the call began
 // before its connection was known to be HTTP.
-func (c *call) httpFramer() *respFramer {
+func (c *call) httpFramer() *httpframe.Response {
 	if c.framer == nil {
-		c.framer = &respFramer{}
+		c.framer = &httpframe.Response{}
 	}
 	return c.framer
 }
@@ -119,7 +120,7 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	cur := oc.cur
 	// The same call goes on while nothing has answered it yet, or while
 	// an HTTP request that got "100 Continue" sends its body.
-	if cur != nil && cur.tid == tid && (cur.resp.n == 0 || oc.proto == protoHTTP && cur.httpFramer().awaitingFinal()) {
+	if cur != nil && cur.tid == tid && (cur.resp.n == 0 || oc.proto == protoHTTP && cur.httpFramer().AwaitingFinal()) {
 		if cur.keep {
 			cur.req.add(p, r.max, &oc.arena)
 		}
@@ -147,7 +148,7 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 		cur.prepare = oc.authed && endsWithPrepare(p)
 		oc.authed = true
 	case protoHTTP:
-		cur.framer = &respFramer{noBody: bytes.HasPrefix(p, []byte("HEAD "))}
+		cur.framer = &httpframe.Response{NoBody: bytes.HasPrefix(p, []byte("HEAD "))}
 	}
 	// the session is looked up here rather than in place: the deepest frame
 	// on this path is what makes the runtime grow a client's stack
@@ -158,7 +159,7 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	if len(oc.early) > 0 {
 		if oc.proto == protoHTTP {
 			cur.resp.add(oc.early, r.maxFor(cur), &oc.arena)
-			cur.httpFramer().feed(oc.early)
+			cur.httpFramer().Feed(oc.early)
 		}
 		oc.early = oc.early[:0]
 	}
@@ -234,13 +235,13 @@ func (r *Recorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 	case cur == nil:
 		return
 	case oc.proto == protoHTTP:
-		if cur.httpFramer().done() {
+		if cur.httpFramer().Done() {
 			if len(oc.early)+len(p) <= maxEarly {
 				oc.early = append(oc.early, p...)
 			}
 			return
 		}
-		cur.httpFramer().feed(p)
+		cur.httpFramer().Feed(p)
 	default:
 		// Clients of these protocols read on the goroutine that wrote: an
 		// answer read under another trace answers a write that was not

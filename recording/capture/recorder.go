@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/internal/httpframe"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
 )
@@ -52,7 +53,7 @@ type Recorder struct {
 	base      time.Time // monotonic origin of the *Ns fields
 
 	sessions *table[string, *active]  // by trace id
-	inConns  *table[uint64, *active]  // inbound connection → its current sampled request
+	inConns  *table[uint64, *active]  // inbound connection → its oldest session in progress (active.next)
 	outConns *table[uint64, *outConn] // dialled connections seen
 
 	activeN, overflow, incomplete atomic.Int64
@@ -155,9 +156,32 @@ type active struct {
 	arena  arena      // the bytes of req and resp
 	req    payload
 	resp   payload
-	framer respFramer
+	framer httpframe.Response
 	calls  []*call
 	done   bool
+
+	// next is the session of the next sampled request on the same
+	// connection, pipelined behind this one (its head read before this
+	// one's response began); guarded by the lock of the inConns shard of
+	// conn. A connection's sessions in progress are a list in request
+	// order from its inConns entry: responses come in that order.
+	next *active
+}
+
+// answering reports whether the final response has begun: an interim
+// "100 Continue" alone does not count, the request's body may still come
+// (and requests pipelined behind it).
+func (a *active) answering() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.resp.n > 0 && !a.framer.AwaitingFinal()
+}
+
+// responded reports whether any response byte has been reported.
+func (a *active) responded() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.resp.n > 0
 }
 
 // StartRequest samples the request and, when sampled, starts its session.
@@ -174,7 +198,7 @@ func (r *Recorder) StartRequest(c *hook.ConnInfo, head trace.RequestHead) string
 	// the call on the wall clock even if the goroutine is preempted here
 	now := time.Now()
 	a := &active{at: now, start: int64(now.Sub(r.base)), conn: c.ID, local: c.Local, remote: c.Remote}
-	a.framer.noBody = head.Method == "HEAD"
+	a.framer.NoBody = head.Method == "HEAD"
 	a.id = head.TraceParent
 	if a.id == "" || !r.sessions.putNew(a.id, a) {
 		// no traceparent, or a session of that trace is in progress
@@ -185,12 +209,51 @@ func (r *Recorder) StartRequest(c *hook.ConnInfo, head trace.RequestHead) string
 			}
 		}
 	}
-	if prev, ok := r.inConns.swap(c.ID, a); ok {
-		// the previous request's response never completed by framing
-		// (pipelining, or a body the framing could not follow): it ends here.
-		r.finish(prev)
+	for over := r.enqueue(c.ID, a); over != nil; over = over.next {
+		r.end(over)
 	}
 	return a.id
+}
+
+// enqueue adds a to the sessions in progress on connection conn and
+// returns those it ends, a list by next, or nil.
+//
+// A request read while the last one before it has not begun its final
+// response was pipelined: it waits its turn behind it, as the agent's requests do
+// (hook, serving.go), and both stay in progress. A request read once that
+// response has begun is the next one the server serves — it reads the
+// next request after answering — so the sessions before it are over even
+// though the framing did not see their responses end (a body it could not
+// follow).
+func (r *Recorder) enqueue(conn uint64, a *active) (over *active) {
+	r.inConns.locked(conn, func(m map[uint64]*active) {
+		first, ok := m[conn]
+		if !ok {
+			m[conn] = a
+			return
+		}
+		last := first
+		for last.next != nil {
+			last = last.next
+		}
+		if last.answering() {
+			m[conn] = a
+			over = first
+			return
+		}
+		last.next = a
+	})
+	return over
+}
+
+// end ends a session whose response will not be reported any further:
+// submitted when it has had response bytes, dropped as incomplete if not.
+func (r *Recorder) end(a *active) {
+	if a.responded() {
+		r.finish(a)
+	} else if r.drop(a) {
+		r.incomplete.Add(1)
+	}
 }
 
 // session returns the session of tid in progress, or nil.
@@ -226,7 +289,7 @@ func (r *Recorder) InboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	complete := false
 	if !a.done {
 		a.resp.add(p, r.max, &a.arena)
-		complete = a.framer.feed(p)
+		complete = a.framer.Feed(p)
 	}
 	a.mu.Unlock()
 	if complete {
@@ -245,17 +308,14 @@ func (r *Recorder) Closed(c *hook.ConnInfo) {
 		}
 		return
 	}
-	a, ok := r.inConns.take(c.ID)
-	if !ok {
-		return
-	}
-	a.mu.Lock()
-	responded := a.resp.n > 0
-	a.mu.Unlock()
-	if responded {
-		r.finish(a)
-	} else if r.drop(a) {
-		r.incomplete.Add(1)
+	var first *active
+	r.inConns.locked(c.ID, func(m map[uint64]*active) {
+		first = m[c.ID]
+		delete(m, c.ID)
+	})
+	// taken out of the table, the list changes no more
+	for a := first; a != nil; a = a.next {
+		r.end(a)
 	}
 }
 
@@ -275,7 +335,23 @@ func (r *Recorder) drop(a *active) bool {
 
 func (r *Recorder) forgetActive(a *active) {
 	r.sessions.takeIf(a.id, func(v *active) bool { return v != a })
-	r.inConns.takeIf(a.conn, func(v *active) bool { return v != a })
+	r.inConns.locked(a.conn, func(m map[uint64]*active) {
+		p, ok := m[a.conn]
+		switch {
+		case !ok:
+		case p == a && a.next == nil:
+			delete(m, a.conn)
+		case p == a:
+			m[a.conn] = a.next
+		default:
+			for ; p.next != nil; p = p.next {
+				if p.next == a {
+					p.next = a.next
+					break
+				}
+			}
+		}
+	})
 	r.activeN.Add(-1)
 }
 

@@ -257,6 +257,95 @@ func TestResponseEndsWithTheConnection(t *testing.T) {
 	assert.Zero(t, r.Stats().Active)
 }
 
+// TestPipelinedSessions: three requests read before any response (a client
+// pipelined them) are three sessions in progress at once; each gets its
+// own request, its own calls and, in order, its own response.
+func TestPipelinedSessions(t *testing.T) {
+	r, out := newTestRecorder(t, 1, -1)
+	var tids []string
+	for i := range 3 {
+		tid := r.StartRequest(inConn, trace.RequestHead{Method: "GET"})
+		require.NotEmpty(t, tid)
+		r.InboundRead(inConn, tid, fmt.Appendf(nil, "GET /%d HTTP/1.1\r\n\r\n", i))
+		tids = append(tids, tid)
+	}
+	assert.EqualValues(t, 3, r.Stats().Active)
+	for i, tid := range tids {
+		release := trace.Bind(&trace.Trace{ID: tid}) // the handler's turn
+		r.OutboundWrite(rdConn, tid, fmt.Appendf(nil, "*2\r\n$3\r\nGET\r\n$1\r\n%d\r\n", i))
+		r.OutboundRead(rdConn, fmt.Appendf(nil, "$1\r\n%d\r\n", i))
+		release()
+		// the response in two writes, the second completing it
+		r.InboundWrite(inConn, tid, []byte("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n"))
+		assert.EqualValues(t, 3-i, r.Stats().Active, "response %d not complete", i)
+		r.InboundWrite(inConn, tid, fmt.Appendf(nil, "%d", i))
+		assert.EqualValues(t, 2-i, r.Stats().Active, "response %d complete", i)
+	}
+	settle(t, r)
+	for i, tid := range tids {
+		s := out.byID(tid)
+		require.NotNil(t, s)
+		assert.Equal(t, fmt.Sprintf("GET /%d HTTP/1.1\r\n\r\n", i), string(s.Inbound.Request))
+		assert.Equal(t, fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n%d", i), string(s.Inbound.Response))
+		assert.Equal(t, []string{fmt.Sprintf(`redis "*2\r\n$3\r\nGET\r\n$1\r\n%d\r\n" → "$1\r\n%d\r\n"`, i, i)}, reqs(s))
+	}
+	assert.Zero(t, r.Stats().Incomplete)
+}
+
+// TestPipelinedSessionsEndWithTheConnection: when the connection closes,
+// every session still in progress on it ends: one with a response so far
+// is recorded, one without is dropped.
+func TestPipelinedSessionsEndWithTheConnection(t *testing.T) {
+	r, out := newTestRecorder(t, 1, -1)
+	a := r.StartRequest(inConn, trace.RequestHead{Method: "GET"})
+	b := r.StartRequest(inConn, trace.RequestHead{Method: "GET"})
+	c := r.StartRequest(inConn, trace.RequestHead{Method: "GET"})
+	r.InboundWrite(inConn, a, []byte(okResp))
+	r.InboundWrite(inConn, b, []byte("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\npart"))
+	assert.EqualValues(t, 2, r.Stats().Active)
+	r.Closed(inConn)
+	settle(t, r)
+	assert.NotNil(t, out.byID(a))
+	require.NotNil(t, out.byID(b))
+	assert.Equal(t, "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\npart", string(out.byID(b).Inbound.Response))
+	assert.Nil(t, out.byID(c))
+	assert.EqualValues(t, 1, r.Stats().Incomplete)
+}
+
+// TestNextRequestEndsAnUnframedResponse: a request read once the response
+// before it has begun is the next one served, so that response is over even
+// when its framing never said so.
+func TestNextRequestEndsAnUnframedResponse(t *testing.T) {
+	r, out := newTestRecorder(t, 1, -1)
+	a := r.StartRequest(inConn, trace.RequestHead{Method: "GET"})
+	r.InboundWrite(inConn, a, []byte("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n..."))
+	b := r.StartRequest(inConn, trace.RequestHead{Method: "GET"})
+	assert.EqualValues(t, 1, r.Stats().Active)
+	r.InboundWrite(inConn, b, []byte(okResp))
+	settle(t, r)
+	assert.NotNil(t, out.byID(a))
+	assert.NotNil(t, out.byID(b))
+	assert.Zero(t, r.Stats().Incomplete)
+}
+
+// TestPipelinedBehindContinue: a request read after "100 Continue" was
+// written, before the final response, is pipelined too: the session
+// before it goes on until its final response.
+func TestPipelinedBehindContinue(t *testing.T) {
+	r, out := newTestRecorder(t, 1, -1)
+	a := r.StartRequest(inConn, trace.RequestHead{Method: "PUT"})
+	r.InboundWrite(inConn, a, []byte("HTTP/1.1 100 Continue\r\n\r\n"))
+	b := r.StartRequest(inConn, trace.RequestHead{Method: "GET"})
+	assert.EqualValues(t, 2, r.Stats().Active)
+	r.InboundWrite(inConn, a, []byte(okResp))
+	r.InboundWrite(inConn, b, []byte(okResp))
+	settle(t, r)
+	require.NotNil(t, out.byID(a))
+	assert.Equal(t, "HTTP/1.1 100 Continue\r\n\r\n"+okResp, string(out.byID(a).Inbound.Response))
+	require.NotNil(t, out.byID(b))
+	assert.Equal(t, okResp, string(out.byID(b).Inbound.Response))
+}
+
 func TestMaxActive(t *testing.T) {
 	smp, _ := recording.NewSampler(1)
 	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: &sink{}, Sampler: smp})

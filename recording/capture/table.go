@@ -66,16 +66,6 @@ func (t *table[K, V]) putNew(k K, v V) bool {
 	return true
 }
 
-// swap stores v under k and returns what k held before.
-func (t *table[K, V]) swap(k K, v V) (V, bool) {
-	s := t.shard(k)
-	s.mu.Lock()
-	old, ok := s.m[k]
-	s.m[k] = v
-	s.mu.Unlock()
-	return old, ok
-}
-
 // take removes k and returns what it held.
 func (t *table[K, V]) take(k K) (V, bool) {
 	s := t.shard(k)
@@ -98,6 +88,15 @@ func (t *table[K, V]) takeIf(k K, keep func(V) bool) (V, bool) {
 	}
 	delete(s.m, k)
 	return v, true
+}
+
+// locked runs f with the shard of k locked: f may read and change the
+// entry of k in m.
+func (t *table[K, V]) locked(k K, f func(m map[K]V)) {
+	s := t.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(s.m)
 }
 
 // all returns every value.

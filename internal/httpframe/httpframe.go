@@ -1,4 +1,9 @@
-package capture
+// Package httpframe finds where an HTTP/1.x response ends in the bytes that
+// carry it, as they are written or read in pieces of any size, without
+// keeping its body. The agent uses it to tell the responses of pipelined
+// requests apart on an accepted connection, and the recorder to end a
+// session, or a downstream HTTP call, when its response is complete.
+package httpframe
 
 import (
 	"bytes"
@@ -6,16 +11,20 @@ import (
 	"strings"
 )
 
-// respFramer follows the bytes of one HTTP/1.x response as they are written
+// Response follows the bytes of one HTTP/1.x response as they are written
 // or read and tells when the final response is complete, without keeping
 // the body: heads are kept up to maxHead bytes, bodies only counted. Interim
-// 1xx responses (except 101) are skipped.
-type respFramer struct {
+// 1xx responses (except 101) are skipped. The zero value is ready for a
+// response to anything but HEAD; it is not safe for concurrent use.
+type Response struct {
+	// NoBody is set for the answer to a HEAD request: its final response
+	// ends with its head, whatever the head says of a body.
+	NoBody bool
+
 	state     frameState
 	head      []byte
 	remaining int64 // body bytes left (stBody) or of the current chunk (stChunkData)
 	line      []byte
-	noBody    bool // the request was HEAD
 	interim   bool // a 1xx interim response has been seen
 }
 
@@ -35,20 +44,33 @@ const (
 
 const maxHead = 64 << 10
 
-// done reports whether a complete final response has been seen.
-func (f *respFramer) done() bool { return f.state == stDone }
+// Done reports whether a complete final response has been seen.
+func (f *Response) Done() bool { return f.state == stDone }
 
-// awaitingFinal reports whether only interim responses (100 Continue) have
+// AwaitingFinal reports whether only interim responses (100 Continue) have
 // been seen: the request may still be sending its body.
-func (f *respFramer) awaitingFinal() bool { return f.interim && f.state == stHead && len(f.head) == 0 }
+func (f *Response) AwaitingFinal() bool { return f.interim && f.state == stHead && len(f.head) == 0 }
 
-// feed consumes p and reports whether the response is complete. Bytes after
+// Feed consumes p and reports whether the response is complete. Bytes after
 // the end of the response are ignored.
-func (f *respFramer) feed(p []byte) bool {
+func (f *Response) Feed(p []byte) bool {
+	f.Take(p)
+	return f.state == stDone
+}
+
+// Take consumes the bytes of p that belong to the response and returns how
+// many they are: all of p, or the bytes up to the response's end when it
+// ends inside p (Done is then true and the rest of p is the next message's).
+// A response delimited by the connection's close, or bytes that are not
+// HTTP, take all of p for ever.
+func (f *Response) Take(p []byte) int {
+	all := len(p)
 	for len(p) > 0 {
 		switch f.state {
-		case stDone, stUntilClose, stBroken:
-			return f.state == stDone
+		case stDone:
+			return all - len(p)
+		case stUntilClose, stBroken:
+			return all
 		case stHead:
 			if len(f.head) == 0 {
 				// the common case: the whole head in one piece, parsed
@@ -128,7 +150,7 @@ func (f *respFramer) feed(p []byte) bool {
 			}
 		}
 	}
-	return f.state == stDone
+	return all
 }
 
 // headEnd returns the length of the head at the start of p — up to and
@@ -152,7 +174,7 @@ func headEnd(p []byte) int {
 
 // endHead decides how the body of the response whose head is head is
 // framed (RFC 9112 section 6.3). It does not allocate.
-func (f *respFramer) endHead(head []byte) {
+func (f *Response) endHead(head []byte) {
 	if len(bytes.TrimSpace(head)) == 0 {
 		return // stray CRLF between messages
 	}
@@ -171,7 +193,7 @@ func (f *respFramer) endHead(head []byte) {
 	case code >= 100 && code < 200:
 		f.interim = true
 		return // interim: the final response follows
-	case code == 204 || code == 304 || f.noBody:
+	case code == 204 || code == 304 || f.NoBody:
 		f.state = stDone
 		return
 	}

@@ -12,8 +12,8 @@
 # Needs the Redis and MariaDB of the tests: RETRACE_TEST_REDIS and
 # RETRACE_TEST_MYSQL as for `go test` (docs/recording.md). One run takes
 # about 20 s. It prints each run's ratios to the agent off (throughput, and
-# CPU per request off over mode), then their mean and standard deviation
-# per build; a single run's ratio moves by about ±5% on a busy 2-core VM.
+# CPU per request off over mode), then their mean, standard deviation and
+# median per build; a single run's ratio moves by about ±5% on a busy 2-core VM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,15 +64,25 @@ for i in $(seq "$RUNS"); do
 done
 
 echo
+# per build and ratio: mean, standard deviation, and the median, which one
+# run slowed by the machine (it happens) does not move
 awk '{
 	for (i = 2; i <= NF; i++) {
 		split($i, kv, "=")
-		k = $1 " " kv[1]; n[k]++; s[k] += kv[2]; q[k] += kv[2] * kv[2]
+		k = $1 " " kv[1]; n[k]++; s[k] += kv[2]; q[k] += kv[2] * kv[2]; v[k, n[k]] = kv[2]
 	}
 } END {
 	for (k in n) {
 		mean = s[k] / n[k]
 		sd = n[k] > 1 ? sqrt((q[k] - n[k] * mean * mean) / (n[k] - 1)) : 0
-		printf "%-24s mean %.3f  sd %.3f  (%d runs)\n", k, mean, sd, n[k]
+		m = n[k]
+		for (i = 1; i <= m; i++) a[i] = v[k, i] + 0
+		for (i = 2; i <= m; i++) { # insertion sort: a few dozen runs
+			x = a[i]
+			for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]
+			a[j + 1] = x
+		}
+		med = m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+		printf "%-24s mean %.3f  sd %.3f  median %.3f  (%d runs)\n", k, mean, sd, med, m
 	}
 }' "$work/runs" | sort

@@ -118,7 +118,8 @@ func appendPayload(b []byte, name string, p []byte) []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// appendString writes s as a JSON string, as appendText does.
+// appendString writes s as a JSON string, as appendText does (which only
+// reads the bytes it is given: the view of s is not copied).
 func appendString(b []byte, s string) []byte {
 	return appendText(b, unsafe.Slice(unsafe.StringData(s), len(s)))
 }
@@ -131,16 +132,17 @@ func appendString(b []byte, s string) []byte {
 // LF of protocol lines, the NULs of binary lengths), so the loop neither
 // calls nor appends per run: it copies eight bytes at a time into spare
 // capacity, tests them as one word, and moves on by the length of the
-// plain run they start with. b[:j] is the output so far; b is kept at its
-// full capacity, with at least 16 bytes past j at the top of each round
-// (enough for a word, or for the longest escape).
+// plain run they start with. b[:j] is the output so far and b is kept at
+// its full capacity, with len(b)-j >= len(s)-i+8 throughout: room for the
+// rest of s as plain bytes and for the word written past them. A plain
+// byte takes one byte out; an escape, which takes more, first makes room
+// for 16 more (it writes at most 6 bytes for 1 to 4 read).
 func appendText(b, s []byte) []byte {
 	b = append(b, '"')
 	j := len(b)
 	b = slices.Grow(b, len(s)+16)
 	b = b[:cap(b)]
 	for i := 0; i < len(s); {
-		// here len(b)-j >= len(s)-i+8: a plain byte takes one byte out
 		for len(s)-i >= 8 {
 			w := binary.LittleEndian.Uint64(s[i : i+8])
 			binary.LittleEndian.PutUint64(b[j:j+8], w)
@@ -163,7 +165,7 @@ func appendText(b, s []byte) []byte {
 				break
 			}
 		}
-		// s[i] needs more than a copy: at most 6 bytes out for up to 4 in
+		// s[i] needs more than a copy
 		if len(b)-j < len(s)-i+16 {
 			b = slices.Grow(b[:j], len(s)-i+16)
 			b = b[:cap(b)]

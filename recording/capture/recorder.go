@@ -52,9 +52,9 @@ type Recorder struct {
 	log       *slog.Logger
 	base      time.Time // monotonic origin of the *Ns fields
 
-	sessions *table[string, *active]  // by trace id
-	inConns  *table[uint64, *active]  // inbound connection → its oldest session in progress (active.next)
-	outConns *table[uint64, *outConn] // dialled connections seen
+	sessions *table[string, *active]       // by trace id
+	inConns  *table[uint64, *active]       // inbound connection → its oldest session in progress (active.next)
+	outConns *readMostly[uint64, *outConn] // dialled connections seen
 
 	activeN, overflow, incomplete atomic.Int64
 	closeOnce                     sync.Once
@@ -80,7 +80,7 @@ func New(cfg Config) (*Recorder, error) {
 		base:      time.Now(),
 		sessions:  newTable[string, *active](hashString),
 		inConns:   newTable[uint64, *active](hashU64),
-		outConns:  newTable[uint64, *outConn](hashU64),
+		outConns:  newReadMostly[uint64, *outConn](hashU64),
 	}, nil
 }
 

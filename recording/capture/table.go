@@ -66,16 +66,6 @@ func (t *table[K, V]) putNew(k K, v V) bool {
 	return true
 }
 
-// take removes k and returns what it held.
-func (t *table[K, V]) take(k K) (V, bool) {
-	s := t.shard(k)
-	s.mu.Lock()
-	v, ok := s.m[k]
-	delete(s.m, k)
-	s.mu.Unlock()
-	return v, ok
-}
-
 // takeIf removes k unless keep says its value stays.
 func (t *table[K, V]) takeIf(k K, keep func(V) bool) (V, bool) {
 	s := t.shard(k)

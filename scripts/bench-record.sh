@@ -50,10 +50,11 @@ fi
 for i in $(seq "$RUNS"); do
 	for b in "${builds[@]}"; do
 		printf '%s run %d/%d: ' "$b" "$i" "$RUNS" >&2
-		line=$(cd recording/capture && "$work/$b.test" -test.run '^$' -test.bench 'FanOutRatio$' -test.benchtime 1x 2>&1 |
-			grep '^BenchmarkFanOutRatio' || true)
-		if [ -z "$line" ]; then
-			echo "failed" >&2
+		(cd recording/capture && "$work/$b.test" -test.run '^$' -test.bench 'FanOutRatio$' -test.benchtime 1x >"$work/out" 2>&1) || true
+		line=$(grep '^BenchmarkFanOutRatio' "$work/out" || true)
+		if [ -z "$line" ] || grep -q -- '--- FAIL' "$work/out"; then
+			echo "failed:" >&2
+			tail -20 "$work/out" >&2
 			exit 1
 		fi
 		echo "$line" | tr '\t' '\n' | awk -v b="$b" '

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/retrace-dev/retrace/internal/cowmap"
 	"github.com/retrace-dev/retrace/trace"
 )
 
@@ -161,73 +162,33 @@ func (st *connState) tid() string {
 // connTable maps netFD addresses to connection state. Keys are addresses,
 // not pointers, so the table never keeps a netFD alive; an entry is removed
 // on Close, or by a runtime cleanup when the netFD is collected unclosed
-// (checked by generation, since the address may be reused by then).
-//
-// Every hooked Read and Write looks its connection up, so lookups take no
-// lock and no atomic read-modify-write (on a busy VM those cost tens of
-// nanoseconds each): each shard publishes an immutable map through an
-// atomic pointer, and the rare writers (a connection's first I/O, its
-// Close) copy the shard's map under the shard's mutex. With 256 shards a
-// write copies about n/256 entries for n open connections.
+// (checked by generation, since the address may be reused by then). Every
+// hooked Read and Write looks its connection up: a cowmap, whose lookups
+// take no lock.
 type connTable struct {
-	shards [connShards]connShard
+	m      cowmap.Map[uintptr, *connState]
 	create sync.Mutex // serialises creation, so a pending connect is taken once
 	count  atomic.Int64
 }
 
-const connShards = 256
-
-type connShard struct {
-	mu sync.Mutex // serialises writers; readers never take it
-	m  atomic.Pointer[map[uintptr]*connState]
-	_  [48]byte
-}
-
-func (t *connTable) shard(key uintptr) *connShard {
-	return &t.shards[(uint64(key)*0x9E3779B97F4A7C15)>>(64-8)]
-}
-
 func (t *connTable) get(key uintptr) *connState {
-	if m := t.shard(key).m.Load(); m != nil {
-		return (*m)[key]
-	}
-	return nil
-}
-
-// update replaces the shard's map by a copy changed by f.
-func (s *connShard) update(f func(m map[uintptr]*connState)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var cur map[uintptr]*connState
-	if p := s.m.Load(); p != nil {
-		cur = *p
-	}
-	next := make(map[uintptr]*connState, len(cur)+1)
-	for k, v := range cur {
-		next[k] = v
-	}
-	f(next)
-	if len(next) == 0 {
-		s.m.Store(nil)
-	} else {
-		s.m.Store(&next)
-	}
+	st, _ := t.m.Get(key)
+	return st
 }
 
 func (t *connTable) put(st *connState) {
-	t.shard(st.key).update(func(m map[uintptr]*connState) { m[st.key] = st })
+	t.m.Update(st.key, func(m map[uintptr]*connState) { m[st.key] = st })
 	t.count.Add(1)
 }
 
 // remove deletes the entry for key if its generation is gen (or whatever
 // it is when anyGen) and returns what it deleted.
 func (t *connTable) remove(key uintptr, gen uint64, anyGen bool) *connState {
-	s := t.shard(key)
 	if st := t.get(key); st == nil || !(anyGen || st.gen == gen) {
 		return nil // nothing to do: skip the copy
 	}
 	var st *connState
-	s.update(func(m map[uintptr]*connState) {
+	t.m.Update(key, func(m map[uintptr]*connState) {
 		if cur := m[key]; cur != nil && (anyGen || cur.gen == gen) {
 			st = cur
 			delete(m, key)
@@ -241,18 +202,7 @@ func (t *connTable) remove(key uintptr, gen uint64, anyGen bool) *connState {
 
 // drain removes every entry.
 func (t *connTable) drain() []*connState {
-	var all []*connState
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		if p := s.m.Load(); p != nil {
-			for _, st := range *p {
-				all = append(all, st)
-			}
-		}
-		s.m.Store(nil)
-		s.mu.Unlock()
-	}
+	all := t.m.Drain()
 	t.count.Add(-int64(len(all)))
 	return all
 }

@@ -136,11 +136,7 @@ func (e *engine) inboundWriteTurn(st *connState, c *netConn, b []byte) (int, err
 	// the current response's bytes (serveQueued did nothing: the queue
 	// emptied meanwhile, or the framing panicked and the connection's
 	// writes now go out unframed)
-	if e.cfg.Mode == Record {
-		if tid := st.tid(); tid != "" {
-			e.recordCall("inbound-write", func() { e.cfg.Recorder.InboundWrite(&st.info, tid, b) })
-		}
-	}
+	e.reportInboundWrite(st, b)
 	return e.l.plainWrite(c, b)
 }
 

@@ -101,12 +101,16 @@ func (f *Response) Take(p []byte) int {
 			head := f.head
 			f.head = f.head[:0]
 			f.endHead(head)
-		case stBody:
+		case stBody, stChunkData:
 			n := min(int64(len(p)), f.remaining)
 			f.remaining -= n
 			p = p[n:]
-			if f.remaining == 0 {
+			switch {
+			case f.remaining > 0:
+			case f.state == stBody:
 				f.state = stDone
+			default:
+				f.state = stChunkCRLF
 			}
 		case stChunkSize, stTrailer, stChunkCRLF:
 			i := bytes.IndexByte(p, '\n')
@@ -140,13 +144,6 @@ func (f *Response) Take(p []byte) int {
 				default:
 					f.remaining, f.state = n, stChunkData
 				}
-			}
-		case stChunkData:
-			n := min(int64(len(p)), f.remaining)
-			f.remaining -= n
-			p = p[n:]
-			if f.remaining == 0 {
-				f.state = stChunkCRLF
 			}
 		}
 	}

@@ -83,7 +83,7 @@ func (c *call) snapshot(base int64) recording.Call {
 }
 
 func (r *Recorder) outConn(c *hook.ConnInfo) *outConn {
-	if oc, ok := r.outConns.get(c.ID); ok {
+	if oc, ok := r.outConns.Get(c.ID); ok {
 		return oc
 	}
 	return r.newOutConn(c.ID, c.Remote)
@@ -95,8 +95,14 @@ func (r *Recorder) outConn(c *hook.ConnInfo) *outConn {
 // grow and copy the goroutine's stack.
 //
 //go:noinline
-func (r *Recorder) newOutConn(id uint64, dst string) *outConn {
-	return r.outConns.getOrPut(id, func() *outConn { return &outConn{id: id, dst: dst} })
+func (r *Recorder) newOutConn(id uint64, dst string) (oc *outConn) {
+	r.outConns.Update(id, func(m map[uint64]*outConn) {
+		if oc = m[id]; oc == nil { // or another goroutine made it first
+			oc = &outConn{id: id, dst: dst}
+			m[id] = oc
+		}
+	})
+	return oc
 }
 
 // OutboundWrite adds request bytes to the connection's current call, or
@@ -196,7 +202,7 @@ func (r *Recorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 	if len(p) == 0 {
 		return
 	}
-	oc, ok := r.outConns.get(c.ID)
+	oc, ok := r.outConns.Get(c.ID)
 	if !ok {
 		if !mayBeMySQLGreeting(p) && !bytes.HasPrefix(p, []byte("HTTP/1.")) {
 			// bytes on a connection whose writes were never reported:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/internal/cowmap"
 	"github.com/retrace-dev/retrace/internal/httpframe"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
@@ -52,9 +53,9 @@ type Recorder struct {
 	log       *slog.Logger
 	base      time.Time // monotonic origin of the *Ns fields
 
-	sessions *table[string, *active]       // by trace id
-	inConns  *table[uint64, *active]       // inbound connection → its oldest session in progress (active.next)
-	outConns *readMostly[uint64, *outConn] // dialled connections seen
+	sessions *table[string, *active]      // by trace id
+	inConns  *table[uint64, *active]      // inbound connection → its oldest session in progress (active.next)
+	outConns cowmap.Map[uint64, *outConn] // dialled connections seen
 
 	activeN, overflow, incomplete atomic.Int64
 	closeOnce                     sync.Once
@@ -80,7 +81,6 @@ func New(cfg Config) (*Recorder, error) {
 		base:      time.Now(),
 		sessions:  newTable[string, *active](hashString),
 		inConns:   newTable[uint64, *active](hashU64),
-		outConns:  newReadMostly[uint64, *outConn](hashU64),
 	}, nil
 }
 
@@ -301,7 +301,15 @@ func (r *Recorder) InboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 // by the close) or forgets a dialled connection.
 func (r *Recorder) Closed(c *hook.ConnInfo) {
 	if !c.Inbound {
-		if oc, ok := r.outConns.take(c.ID); ok {
+		if _, ok := r.outConns.Get(c.ID); !ok {
+			return // never written: skip the copy
+		}
+		var oc *outConn
+		r.outConns.Update(c.ID, func(m map[uint64]*outConn) {
+			oc = m[c.ID]
+			delete(m, c.ID)
+		})
+		if oc != nil {
 			oc.mu.Lock()
 			oc.closed = true
 			oc.mu.Unlock()

@@ -38,22 +38,6 @@ func (t *table[K, V]) get(k K) (V, bool) {
 	return v, ok
 }
 
-// getOrPut returns the value of k, storing mk() first when there is none.
-func (t *table[K, V]) getOrPut(k K, mk func() V) V {
-	if v, ok := t.get(k); ok {
-		return v
-	}
-	s := t.shard(k)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if v, ok := s.m[k]; ok {
-		return v
-	}
-	v := mk()
-	s.m[k] = v
-	return v
-}
-
 // putNew stores v under k unless k is present; it reports whether it stored.
 func (t *table[K, V]) putNew(k K, v V) bool {
 	s := t.shard(k)

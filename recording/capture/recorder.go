@@ -53,7 +53,7 @@ type Recorder struct {
 	log       *slog.Logger
 	base      time.Time // monotonic origin of the *Ns fields
 
-	sessions *table[string, *active]      // by trace id
+	sessions sessionIndex                 // by trace id
 	inConns  *table[uint64, *active]      // inbound connection → its oldest session in progress (active.next)
 	outConns cowmap.Map[uint64, *outConn] // dialled connections seen
 
@@ -79,7 +79,6 @@ func New(cfg Config) (*Recorder, error) {
 		maxActive: int64(cfg.MaxActive),
 		log:       cfg.Logger,
 		base:      time.Now(),
-		sessions:  newTable[string, *active](hashString),
 		inConns:   newTable[uint64, *active](hashU64),
 	}, nil
 }
@@ -101,7 +100,7 @@ func (r *Recorder) Flush(ctx context.Context) error { return r.pipe.Flush(ctx) }
 // bounded by ctx. Safe to call twice.
 func (r *Recorder) Close(ctx context.Context) error {
 	r.closeOnce.Do(func() {
-		for _, a := range r.sessions.all() {
+		for _, a := range r.sessions.drain() {
 			if r.drop(a) {
 				r.incomplete.Add(1)
 			}
@@ -200,11 +199,11 @@ func (r *Recorder) StartRequest(c *hook.ConnInfo, head trace.RequestHead) string
 	a := &active{at: now, start: int64(now.Sub(r.base)), conn: c.ID, local: c.Local, remote: c.Remote}
 	a.framer.NoBody = head.Method == "HEAD"
 	a.id = head.TraceParent
-	if a.id == "" || !r.sessions.putNew(a.id, a) {
+	if a.id == "" || !r.sessions.putNew(a) {
 		// no traceparent, or a session of that trace is in progress
 		for {
 			a.id = trace.NewID()
-			if r.sessions.putNew(a.id, a) {
+			if r.sessions.putNew(a) {
 				break
 			}
 		}
@@ -261,14 +260,13 @@ func (r *Recorder) session(tid string) *active {
 	if tid == "" {
 		return nil
 	}
-	a, _ := r.sessions.get(tid)
-	return a
+	return r.sessions.get(tid)
 }
 
 // InboundRead adds request bytes to the session.
 func (r *Recorder) InboundRead(c *hook.ConnInfo, tid string, p []byte) {
-	a, ok := r.sessions.get(tid)
-	if !ok {
+	a := r.sessions.get(tid)
+	if a == nil {
 		return
 	}
 	a.mu.Lock()
@@ -281,8 +279,8 @@ func (r *Recorder) InboundRead(c *hook.ConnInfo, tid string, p []byte) {
 // InboundWrite adds response bytes to the session and ends it when the
 // response is complete.
 func (r *Recorder) InboundWrite(c *hook.ConnInfo, tid string, p []byte) {
-	a, ok := r.sessions.get(tid)
-	if !ok {
+	a := r.sessions.get(tid)
+	if a == nil {
 		return
 	}
 	a.mu.Lock()
@@ -342,7 +340,7 @@ func (r *Recorder) drop(a *active) bool {
 }
 
 func (r *Recorder) forgetActive(a *active) {
-	r.sessions.takeIf(a.id, func(v *active) bool { return v != a })
+	r.sessions.remove(a)
 	r.inConns.locked(a.conn, func(m map[uint64]*active) {
 		p, ok := m[a.conn]
 		switch {

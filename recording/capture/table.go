@@ -3,19 +3,22 @@ package capture
 import (
 	"hash/maphash"
 	"sync"
+
+	"github.com/retrace-dev/retrace/internal/cowmap"
 )
 
-// table is a map sharded by a hash of its key, so that connections and
-// requests on many goroutines rarely contend for one lock.
+// table is a map sharded by a hash of its key, so that connections on
+// many goroutines rarely contend for one lock. Every use of it writes (see
+// sessionIndex for the map that is mostly read).
 type table[K comparable, V any] struct {
 	hash   func(K) uint64
 	shards [64]tableShard[K, V]
 }
 
 type tableShard[K comparable, V any] struct {
-	mu sync.RWMutex
+	mu sync.Mutex
 	m  map[K]V
-	_  [40]byte // keep shards on separate cache lines
+	_  [48]byte // keep shards on separate cache lines
 }
 
 func newTable[K comparable, V any](hash func(K) uint64) *table[K, V] {
@@ -26,66 +29,68 @@ func newTable[K comparable, V any](hash func(K) uint64) *table[K, V] {
 	return t
 }
 
-func (t *table[K, V]) shard(k K) *tableShard[K, V] {
-	return &t.shards[(t.hash(k)*0x9E3779B97F4A7C15)>>58]
-}
-
-func (t *table[K, V]) get(k K) (V, bool) {
-	s := t.shard(k)
-	s.mu.RLock()
-	v, ok := s.m[k]
-	s.mu.RUnlock()
-	return v, ok
-}
-
-// putNew stores v under k unless k is present; it reports whether it stored.
-func (t *table[K, V]) putNew(k K, v V) bool {
-	s := t.shard(k)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.m[k]; ok {
-		return false
-	}
-	s.m[k] = v
-	return true
-}
-
-// takeIf removes k unless keep says its value stays.
-func (t *table[K, V]) takeIf(k K, keep func(V) bool) (V, bool) {
-	s := t.shard(k)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v, ok := s.m[k]
-	if !ok || keep(v) {
-		var zero V
-		return zero, false
-	}
-	delete(s.m, k)
-	return v, true
-}
-
 // locked runs f with the shard of k locked: f may read and change the
 // entry of k in m.
 func (t *table[K, V]) locked(k K, f func(m map[K]V)) {
-	s := t.shard(k)
+	s := &t.shards[(t.hash(k)*0x9E3779B97F4A7C15)>>58]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f(s.m)
 }
 
-// all returns every value.
-func (t *table[K, V]) all() []V {
-	var out []V
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.RLock()
-		for _, v := range s.m {
-			out = append(out, v)
-		}
-		s.mu.RUnlock()
-	}
-	return out
+// sessionIndex maps trace ids to the sessions in progress. Every recorded
+// call looks its session up, and so do the request's reads and writes (a
+// dozen lookups or more per request, from both cores): the map is a cowmap
+// keyed by the id's hash, so a lookup takes no lock and writes nothing
+// shared. Its writers, a session's start and end, copy a shard's entries:
+// with 256 shards, rarely more than one.
+//
+// Two ids of one 64-bit hash are never in progress at once: putNew refuses
+// the second, as it refuses an id in progress (StartRequest then draws a
+// new one).
+type sessionIndex struct {
+	m cowmap.Map[uint64, *active]
 }
+
+// get returns the session of id in progress, or nil.
+func (x *sessionIndex) get(id string) *active {
+	if a, ok := x.m.Get(hashString(id)); ok && a.id == id {
+		return a
+	}
+	return nil
+}
+
+// putNew adds a under a.id unless that id (or its hash) is taken; it
+// reports whether it did.
+func (x *sessionIndex) putNew(a *active) (ok bool) {
+	h := hashString(a.id)
+	if _, taken := x.m.Get(h); taken {
+		return false
+	}
+	x.m.Update(h, func(m map[uint64]*active) {
+		if _, taken := m[h]; !taken {
+			m[h] = a
+			ok = true
+		}
+	})
+	return ok
+}
+
+// remove takes a out, if it is in.
+func (x *sessionIndex) remove(a *active) {
+	h := hashString(a.id)
+	if cur, _ := x.m.Get(h); cur != a {
+		return // not in: skip the copy
+	}
+	x.m.Update(h, func(m map[uint64]*active) {
+		if m[h] == a {
+			delete(m, h)
+		}
+	})
+}
+
+// drain takes every session out and returns them.
+func (x *sessionIndex) drain() []*active { return x.m.Drain() }
 
 func hashU64(k uint64) uint64 { return k }
 

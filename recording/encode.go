@@ -1,7 +1,6 @@
 package recording
 
 import (
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"math/bits"
@@ -10,6 +9,9 @@ import (
 	"time"
 	"unicode/utf8"
 	"unsafe"
+
+	fastbase64 "github.com/segmentio/asm/base64"
+	fastutf8 "github.com/segmentio/asm/utf8"
 )
 
 // appendSession appends the schema-v1 JSON of s to b. It writes what
@@ -101,18 +103,24 @@ func appendTail(b []byte, start, dur int64, reqT, respT bool) []byte {
 
 // appendPayload writes a payload as a string when it is UTF-8 and as base64
 // in the _b64 twin otherwise (session.go's splitPayload); nil is omitted.
+// The check and the base64 are segmentio/asm's: AVX2 code where the CPU has
+// it (half the standard library's instructions on recorded
+// payloads), the standard library's elsewhere.
 func appendPayload(b []byte, name string, p []byte) []byte {
 	if p == nil {
 		return b
 	}
 	b = append(b, ',', '"')
 	b = append(b, name...)
-	if utf8.Valid(p) {
+	if fastutf8.Valid(p) {
 		b = append(b, '"', ':')
 		return appendText(b, p)
 	}
 	b = append(b, `_b64":"`...)
-	b = base64.StdEncoding.AppendEncode(b, p)
+	n := fastbase64.StdEncoding.EncodedLen(len(p))
+	b = slices.Grow(b, n+1)
+	fastbase64.StdEncoding.Encode(b[len(b):len(b)+n], p)
+	b = b[:len(b)+n]
 	return append(b, '"')
 }
 
@@ -128,67 +136,83 @@ func appendString(b []byte, s string) []byte {
 // characters escaped, U+2028 and U+2029 escaped as encoding/json does,
 // invalid UTF-8 replaced by U+FFFD.
 //
-// Recorded payloads are runs of a few plain bytes between escapes (the CR
-// LF of protocol lines, the NULs of binary lengths), so the loop neither
-// calls nor appends per run: it copies eight bytes at a time into spare
-// capacity, tests them as one word, and moves on by the length of the
-// plain run they start with. b[:j] is the output so far and b is kept at
-// its full capacity, with len(b)-j >= len(s)-i+8 throughout: room for the
-// rest of s as plain bytes and for the word written past them. A plain
-// byte takes one byte out; an escape, which takes more, first makes room
-// for 16 more (it writes at most 6 bytes for 1 to 4 read).
+// Recorded payloads are runs of plain bytes between escapes, often short
+// ones (the CR LF of protocol lines, the NULs of binary lengths). The loop
+// copies eight bytes at a time into spare capacity and tests them as one
+// word. From the first byte that needs more, it takes the next eight
+// bytes (or the string's last ones) through textEscapes, whose entry for a
+// byte is what the string holds for it, written as one word whatever its
+// length: no branch per byte. Only characters from 0x80 go one at a time.
+// b[:j] is the output so far and b is kept at its full capacity, with
+// len(b)-j >= len(s)-i+8 throughout: room for the rest of s as plain bytes
+// and for the word written past them. Before bytes go through the table
+// there is room for 40 more (eight bytes of up to six each), and before a
+// character from 0x80 for 8 more (it writes at most 6 bytes for 1 to 4
+// read).
 func appendText(b, s []byte) []byte {
 	b = append(b, '"')
 	j := len(b)
-	b = slices.Grow(b, len(s)+16)
+	b = slices.Grow(b, len(s)+8)
 	b = b[:cap(b)]
 	for i := 0; i < len(s); {
-		for len(s)-i >= 8 {
+		if len(s)-i >= 8 {
 			w := binary.LittleEndian.Uint64(s[i : i+8])
 			binary.LittleEndian.PutUint64(b[j:j+8], w)
-			if m := special(w); m != 0 {
-				k := bits.TrailingZeros64(m) >> 3
-				i += k
-				j += k
+			m := special(w)
+			if m == 0 {
+				i += 8
+				j += 8
+				continue
+			}
+			k := bits.TrailingZeros64(m) >> 3
+			i += k
+			j += k
+		}
+		if len(b)-j < len(s)-i+48 {
+			b = slices.Grow(b[:j], len(s)-i+48)
+			b = b[:cap(b)]
+		}
+		if len(s)-i >= 8 {
+			if w := binary.LittleEndian.Uint64(s[i : i+8]); w&0x8080808080808080 == 0 {
+				// eight bytes below 0x80: no branch per byte, and no
+				// bounds check (the room was made above)
+				out := unsafe.Pointer(unsafe.SliceData(b))
+				j = putText(out, j, byte(w))
+				j = putText(out, j, byte(w>>8))
+				j = putText(out, j, byte(w>>16))
+				j = putText(out, j, byte(w>>24))
+				j = putText(out, j, byte(w>>32))
+				j = putText(out, j, byte(w>>40))
+				j = putText(out, j, byte(w>>48))
+				j = putText(out, j, byte(w>>56))
+				i += 8
+				continue
+			}
+		} else if n := len(s) - i; len(s) >= 8 {
+			// the last n bytes, from a word that ends with them
+			if w := binary.LittleEndian.Uint64(s[len(s)-8:]) >> (64 - 8*n); w&0x8080808080808080 == 0 {
+				out := unsafe.Pointer(unsafe.SliceData(b))
+				for range n {
+					j = putText(out, j, byte(w))
+					w >>= 8
+				}
 				break
 			}
-			i += 8
-			j += 8
 		}
-		if len(s)-i < 8 {
-			for i < len(s) && jsonPlain[s[i]] {
-				b[j] = s[i]
-				i++
-				j++
-			}
-			if i == len(s) {
+		for n := min(i+8, len(s)); i < n; i++ {
+			e := textEscapes[s[i]]
+			if e == 0 {
 				break
 			}
+			binary.LittleEndian.PutUint64(b[j:j+8], e)
+			j += int(e >> 56)
 		}
-		// s[i] needs more than a copy
+		if i == len(s) || s[i] < utf8.RuneSelf {
+			continue
+		}
 		if len(b)-j < len(s)-i+16 {
 			b = slices.Grow(b[:j], len(s)-i+16)
 			b = b[:cap(b)]
-		}
-		c := s[i]
-		if c < utf8.RuneSelf {
-			i++
-			switch c {
-			case '"', '\\':
-				b[j], b[j+1] = '\\', c
-			case '\n':
-				b[j], b[j+1] = '\\', 'n'
-			case '\r':
-				b[j], b[j+1] = '\\', 'r'
-			case '\t':
-				b[j], b[j+1] = '\\', 't'
-			default:
-				b[j], b[j+1], b[j+2], b[j+3] = '\\', 'u', '0', '0'
-				b[j+4], b[j+5] = hexDigits[c>>4], hexDigits[c&0xf]
-				j += 4
-			}
-			j += 2
-			continue
 		}
 		r, size := utf8.DecodeRune(s[i:])
 		switch {
@@ -206,6 +230,14 @@ func appendText(b, s []byte) []byte {
 	return append(b[:j], '"')
 }
 
+// putText writes what a JSON string holds for c, below 0x80, at out+j
+// and returns where it ends. There must be room for 8 bytes at out+j.
+func putText(out unsafe.Pointer, j int, c byte) int {
+	e := textEscapes[c]
+	binary.LittleEndian.PutUint64(unsafe.Slice((*byte)(unsafe.Add(out, j)), 8), e)
+	return j + int(e>>56)
+}
+
 // special sets the high bit of each byte of w (eight bytes of text, the
 // first in the low bits) that a JSON string cannot hold as it is: below
 // 0x20, '"', '\\', or 0x80 and above (the start or middle of a character
@@ -220,11 +252,31 @@ func special(w uint64) uint64 {
 	return (^ok | w) & highs
 }
 
-// jsonPlain marks the bytes a JSON string holds as they are: ASCII from
-// 0x20, but for '"' and '\\'.
-var jsonPlain = func() (t [256]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\'
+// textEscapes holds, for each byte below 0x80, what a JSON string holds
+// for it (the byte itself, or its escape of 2 or 6 bytes) in its low bytes,
+// first byte lowest, and their count in its top byte. Bytes from 0x80 are
+// 0: they start or continue a character, which appendText checks.
+var textEscapes = func() (t [256]uint64) {
+	for c := range utf8.RuneSelf {
+		out := string(rune(c))
+		switch c {
+		case '"', '\\':
+			out = `\` + out
+		case '\n':
+			out = `\n`
+		case '\r':
+			out = `\r`
+		case '\t':
+			out = `\t`
+		default:
+			if c < 0x20 {
+				out = `\u00` + hexDigits[c>>4:c>>4+1] + hexDigits[c&0xf:c&0xf+1]
+			}
+		}
+		for k := range len(out) {
+			t[c] |= uint64(out[k]) << (8 * k)
+		}
+		t[c] |= uint64(len(out)) << 56
 	}
 	return t
 }()

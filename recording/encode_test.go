@@ -1,7 +1,11 @@
 package recording
 
 import (
+	"bytes"
 	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,21 +60,44 @@ func FuzzMarshalMatchesEncodingJSON(f *testing.F) {
 	})
 }
 
+// BenchmarkMarshal encodes the sample session, and a session the fan-out
+// service of BenchmarkFanOutRatio recorded (testdata/fanout-session.json:
+// Redis, MySQL and HTTP payloads, dense with escapes), with the writer's
+// encoder and with encoding/json.
 func BenchmarkMarshal(b *testing.B) {
-	s := sampleSession("bench")
-	b.Run("append", func(b *testing.B) {
-		b.ReportAllocs()
-		var buf []byte
-		for i := 0; i < b.N; i++ {
-			buf, _ = AppendMarshal(buf[:0], s)
-		}
-	})
-	b.Run("encoding/json", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := 0; i < b.N; i++ {
-			_, _ = marshalSlow(s)
-		}
-	})
+	line, err := os.ReadFile("testdata/fanout-session.json")
+	require.NoError(b, err)
+	fanOut, err := Unmarshal(line)
+	require.NoError(b, err)
+	for name, s := range map[string]*Session{"sample": sampleSession("bench"), "fanout": fanOut} {
+		b.Run(name+"/append", func(b *testing.B) {
+			b.ReportAllocs()
+			var buf []byte
+			for b.Loop() {
+				buf, _ = AppendMarshal(buf[:0], s)
+			}
+			b.SetBytes(int64(len(buf)))
+		})
+		b.Run(name+"/encoding-json", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = marshalSlow(s)
+			}
+		})
+	}
+}
+
+// TestMarshalFanOutSession: the recorded session encodes as encoding/json
+// encodes it, and back to the line it was read from.
+func TestMarshalFanOutSession(t *testing.T) {
+	line, err := os.ReadFile("testdata/fanout-session.json")
+	require.NoError(t, err)
+	s, err := Unmarshal(line)
+	require.NoError(t, err)
+	sameJSON(t, s)
+	out, err := Marshal(s)
+	require.NoError(t, err)
+	assert.Equal(t, string(bytes.TrimSpace(line)), string(out))
 }
 
 func TestSpecialMatchesTable(t *testing.T) {
@@ -89,9 +116,33 @@ func TestSpecialMatchesTable(t *testing.T) {
 				got := special(w)
 				for k := range 8 {
 					b := byte(w >> (8 * k))
-					assert.Equal(t, !jsonPlain[b], got>>(8*k+7)&1 == 1, "byte %#x at %d in %#x", b, k, w)
+					assert.Equal(t, textEscapes[b]>>56 != 1, got>>(8*k+7)&1 == 1, "byte %#x at %d in %#x", b, k, w)
 				}
 			}
+		}
+	}
+}
+
+// TestAppendTextMatchesEncodingJSON writes random strings of bytes that
+// take every path of appendText (plain, escaped, characters from 0x80,
+// invalid UTF-8, U+2028) at every offset of its words and tails, and
+// compares with encoding/json.
+func TestAppendTextMatchesEncodingJSON(t *testing.T) {
+	pieces := []string{"a", "Z", "\x00", "\n", "\r", "\t", `"`, `\`, "\x1f", "\x7f", "<", "é", "订", "\u2028", "\u2029", "\xc3", "\xff", "\xe2\x80"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		var s strings.Builder
+		for range rng.IntN(40) {
+			s.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		require.NoError(t, enc.Encode(s.String()))
+		prefix := []byte("x")
+		got := appendText(prefix, []byte(s.String()))
+		if !assert.Equal(t, "x"+strings.TrimSuffix(want.String(), "\n"), string(got), "%q", s.String()) {
+			return
 		}
 	}
 }

@@ -13,6 +13,7 @@ require (
 	github.com/petermattis/goid v0.0.0-20261109124353-7cfa343ad0ab
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/segmentio/asm v1.2.1
 	github.com/sirupsen/logrus v1.8.1
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0

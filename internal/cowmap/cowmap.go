@@ -1,10 +1,11 @@
-// Package cowmap is a map for keys added and removed rarely and looked up
-// on every read and write: the agent's connections. A lookup takes no lock
-// and no atomic read-modify-write (on a busy VM those cost tens of
+// Package cowmap holds maps for keys added and removed rarely and looked
+// up on every read and write: the agent's connections (Map), and the
+// traces and sessions of requests in progress (Small). A lookup takes no
+// lock and no atomic read-modify-write (on a busy VM those cost tens of
 // nanoseconds each, and pass a cache line between the cores of a
 // connection's reader and writer): each of 256 shards publishes an
-// immutable map through an atomic pointer, and a writer copies its
-// shard's map under the shard's mutex, about n/256 entries for n keys.
+// immutable map or list through an atomic pointer, and a writer copies its
+// shard's under the shard's mutex, about n/256 entries for n keys.
 package cowmap
 
 import (
@@ -12,8 +13,9 @@ import (
 	"sync/atomic"
 )
 
-// Key is what a Map is keyed by: connection ids and addresses.
-type Key interface{ ~uint64 | ~uintptr }
+// Key is what a Map is keyed by: connection ids and addresses, goroutine
+// ids, hashes.
+type Key interface{ ~uint64 | ~uintptr | ~int64 }
 
 // Map is the sharded copy-on-write map. The zero value is empty and ready
 // to use; a Map must not be copied.

@@ -40,16 +40,16 @@ func (t *table[K, V]) locked(k K, f func(m map[K]V)) {
 
 // sessionIndex maps trace ids to the sessions in progress. Every recorded
 // call looks its session up, and so do the request's reads and writes (a
-// dozen lookups or more per request, from both cores): the map is a cowmap
-// keyed by the id's hash, so a lookup takes no lock and writes nothing
-// shared. Its writers, a session's start and end, copy a shard's entries:
-// with 256 shards, rarely more than one.
+// dozen lookups or more per request, from both cores): the index is a
+// cowmap.Small keyed by the id's hash, so a lookup takes no lock and
+// writes nothing shared. Its writers, a session's start and end, copy a
+// shard's few entries.
 //
 // Two ids of one 64-bit hash are never in progress at once: putNew refuses
 // the second, as it refuses an id in progress (StartRequest then draws a
 // new one).
 type sessionIndex struct {
-	m cowmap.Map[uint64, *active]
+	m cowmap.Small[uint64, *active]
 }
 
 // get returns the session of id in progress, or nil.
@@ -62,30 +62,21 @@ func (x *sessionIndex) get(id string) *active {
 
 // putNew adds a under a.id unless that id (or its hash) is taken; it
 // reports whether it did.
-func (x *sessionIndex) putNew(a *active) (ok bool) {
-	h := hashString(a.id)
-	if _, taken := x.m.Get(h); taken {
-		return false
-	}
-	x.m.Update(h, func(m map[uint64]*active) {
-		if _, taken := m[h]; !taken {
-			m[h] = a
-			ok = true
+func (x *sessionIndex) putNew(a *active) (stored bool) {
+	x.m.Update(hashString(a.id), func(cur *active, taken bool) (*active, bool) {
+		if taken {
+			return cur, true
 		}
+		stored = true
+		return a, true
 	})
-	return ok
+	return stored
 }
 
 // remove takes a out, if it is in.
 func (x *sessionIndex) remove(a *active) {
-	h := hashString(a.id)
-	if cur, _ := x.m.Get(h); cur != a {
-		return // not in: skip the copy
-	}
-	x.m.Update(h, func(m map[uint64]*active) {
-		if m[h] == a {
-			delete(m, h)
-		}
+	x.m.Update(hashString(a.id), func(cur *active, ok bool) (*active, bool) {
+		return cur, ok && cur != a
 	})
 }
 

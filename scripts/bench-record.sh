@@ -4,7 +4,8 @@
 # by side; see docs/recording.md#record-mode-overhead). With a git revision,
 # the revision's build and the working tree's alternate run by run, so that
 # a change's effect is measured against its baseline in the same session of
-# the same machine.
+# the same machine. The revision's build runs the working tree's benchmark
+# (recording/capture/record_test.go) when it builds there.
 #
 #   scripts/bench-record.sh              6 runs of the working tree
 #   scripts/bench-record.sh 8 HEAD~1     8 runs each, HEAD~1 and the working tree
@@ -43,7 +44,14 @@ if [ -n "$BASE" ]; then
 		exit 2
 	}
 	git worktree add --detach "$work/base" "$rev" >/dev/null 2>&1
-	(cd "$work/base" && go test -c -o "$work/base.test" ./recording/capture/)
+	# The revision's agent, measured by the working tree's benchmark, so
+	# that a change to the benchmark does not pass for one of the agent;
+	# the revision's own benchmark if the tree's does not build there.
+	cp recording/capture/record_test.go "$work/base/recording/capture/record_test.go"
+	if ! (cd "$work/base" && go test -c -o "$work/base.test" ./recording/capture/ 2>/dev/null); then
+		echo "bench-record: the working tree's benchmark does not build at $BASE; using $BASE's own" >&2
+		(cd "$work/base" && git checkout -q -- recording/capture/record_test.go && go test -c -o "$work/base.test" ./recording/capture/)
+	fi
 	builds=(base tree)
 fi
 

@@ -276,10 +276,14 @@ const (
 // patches as in production, so the three run side by side and the
 // benchmark alternates between them quickly: each round sends a slice of
 // requests to every mode in turn, in an order that rotates from round to
-// round (each mode takes each place equally often). Drift of a shared machine, which on a small VM is larger than the
-// effect measured, then falls on all modes alike. Two processes of the same
-// build also differ (by a few percent here, for as long as they run), so
-// the run is made of blocks, each with three new processes.
+// round (each mode takes each place equally often). Drift of a shared
+// machine, which on a small VM is larger than the effect measured, then
+// falls on all modes alike. Two processes of the same build also differ
+// (by a few percent here, for as long as they run), so the run is made of
+// blocks, each with three new processes, started (and warmed up) in an
+// order that rotates from block to block too: with the agent off in all
+// three (CAPTURE_BENCH_AA), the process started first was 1–3% slower than
+// the other two over ten runs when it was always the agent-off one.
 //
 // A mode's throughput is its requests over the time its slices took; the
 // ratio of a mode is its throughput over the agent-off one, for the whole
@@ -290,13 +294,16 @@ const (
 //
 //	go test -run x -bench FanOutRatio -benchtime 1x ./recording/capture/
 //
-// With CAPTURE_BENCH_AA=1 in the environment all three services run with
-// the agent off, which shows the noise floor of the machine. With
-// CAPTURE_BENCH_PROFILES=DIR each service writes a CPU profile into DIR,
-// named after its mode and block, and its allocation profile beside it
-// (MODE-BLOCK.prof.allocs).
+// CAPTURE_BENCH_BLOCKS and CAPTURE_BENCH_ROUNDS change the number of blocks
+// (6) and of rounds in each (6); multiples of 3 give each mode each place
+// equally often. With CAPTURE_BENCH_AA=1 in the environment all three
+// services run with the agent off, which shows the noise floor of the
+// machine. With CAPTURE_BENCH_PROFILES=DIR each service writes a CPU
+// profile into DIR, named after its mode and block, and its allocation
+// profile beside it (MODE-BLOCK.prof.allocs).
 func BenchmarkFanOutRatio(b *testing.B) {
-	const blocks, rounds, slice, clients = 4, 9, 400, 8
+	const slice, clients = 400, 8
+	blocks, rounds := envInt(b, "CAPTURE_BENCH_BLOCKS", 6), envInt(b, "CAPTURE_BENCH_ROUNDS", 6)
 	redisAddr, dsn := testenv.RedisAddr(b), testenv.MySQLDSN(b)
 	down, _ := startChild(b, "echo")
 	aa := os.Getenv("CAPTURE_BENCH_AA") != ""
@@ -344,7 +351,10 @@ func BenchmarkFanOutRatio(b *testing.B) {
 		b.StopTimer()
 		table := createTable(b, dsn) // per block: MEMORY tables are bounded
 		var svcs []*service
-		for _, m := range modes {
+		for i := range modes {
+			// each mode starts (and warms up) first in some blocks: the
+			// first process of a block may run differently all along
+			m := modes[(blk+i)%len(modes)]
 			env := []string{testenv.RedisEnv + "=" + redisAddr, testenv.MySQLEnv + "=" + dsn,
 				fanOutDownEnv + "=http://" + down, fanOutTableEnv + "=" + table}
 			if m.rate != "" && !aa {
@@ -487,4 +497,17 @@ func startMode(b *testing.B, rate float64) (*world, *http.Client) {
 	c := newClient(16)
 	b.Cleanup(c.CloseIdleConnections)
 	return w, c
+}
+
+// envInt is the positive integer in the environment variable name, or def.
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		b.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
 }

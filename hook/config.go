@@ -113,13 +113,15 @@ type Recorder interface {
 	// OutboundWrite reports bytes written on a dialled connection (the
 	// in-band Retrace-Trace-Id stripped), with the tid of the request that
 	// caused them (from the writing goroutine or the in-band header), ""
-	// if none. Writes with no trace are reported on HTTP connections, and
-	// on others for the connection's first 16 of them (its set-up, when a
-	// pool opened it on a goroutine of its own); later ones are not.
+	// if none. Writes with no trace are reported on connections that carry
+	// no HTTP for the connection's first 16 of them (its set-up, when a
+	// pool opened it on a goroutine of its own); later ones are not, and
+	// neither are HTTP requests with no trace.
 	OutboundWrite(c *ConnInfo, tid string, p []byte)
 	// OutboundRead reports bytes read on a dialled connection, on whatever
-	// goroutine read them; on connections that carry no HTTP, reads with
-	// no trace stop being reported with the untraced writes they answer.
+	// goroutine read them; reads with no trace stop being reported with
+	// the untraced writes they answer (on HTTP connections, the responses
+	// to requests with no trace).
 	OutboundRead(c *ConnInfo, p []byte)
 	// Closed reports that the application closed the connection (or that
 	// it was garbage collected unclosed).

@@ -25,7 +25,7 @@ func connRead(c *netConn, b []byte) (int, error) {
 			if st.redirect && !st.preamble.Load() {
 				return e.outboundRead(st, c, b)
 			}
-			record = e.cfg.Mode == Record && !st.skipRead()
+			record = e.cfg.Mode == Record
 		}
 	}
 	// Reads on dialled connections call the netFD from here, as
@@ -38,7 +38,10 @@ func connRead(c *netConn, b []byte) (int, error) {
 	if err != nil {
 		err = l.readError(c.fd, err)
 	}
-	if record && n > 0 {
+	// skipRead is asked once the bytes are in: on HTTP it depends on the
+	// request last written, and a read may wait for its answer from before
+	// it was written.
+	if record && n > 0 && !st.skipRead() {
 		e.recordOutboundRead(st, b[:n])
 	}
 	return n, err
@@ -476,9 +479,20 @@ func (w *outWriter) flush() {
 	w.reset()
 }
 
+// record reports a piece of an outbound write in record mode. A request of
+// no trace on an HTTP connection is not reported, and neither is its
+// answer (see skipRead): the recorder would only follow the exchange to
+// drop it. Bytes on a connection whose stream gave up on HTTP are reported
+// whatever their trace: that is a connection's first write, set-up.
 func (w *outWriter) record(tid string, p []byte) {
 	if w.e.cfg.Mode != Record {
 		return
+	}
+	if http := !w.st.wr.p.PassThrough(); http || tid != "" {
+		w.st.quietHTTP.Store(http && tid == "")
+		if tid == "" {
+			return
+		}
 	}
 	w.e.recordCall("outbound-write", func() { w.e.cfg.Recorder.OutboundWrite(&w.st.info, tid, p) })
 }

@@ -109,6 +109,10 @@ type connState struct {
 	// untraced counts the writes with no trace reported on an outbound
 	// connection whose bytes skip the stream (see setupWrite).
 	untraced atomic.Int32
+	// quietHTTP is set while the request last written on an outbound HTTP
+	// connection has no trace: record mode reports neither it nor its
+	// answer (see outWriter.record).
+	quietHTTP atomic.Bool
 
 	wmu      sync.Mutex  // write side: wr, preamble, wbuf
 	wr       *stream     // outbound: strips the in-band Retrace-Trace-Id
@@ -147,8 +151,13 @@ func (st *connState) setupWrite() bool {
 // unreported, a read on a goroutine with no trace. Clients of these
 // protocols read an answer on the goroutine that wrote its request, so the
 // bytes answer a write that was not reported (a request not sampled); the
-// recorder would only have looked them up to drop them.
+// recorder would only have looked them up to drop them. On an HTTP
+// connection, a read while the request last written has no trace: HTTP/1
+// clients read a response whole before they write the next request.
 func (st *connState) skipRead() bool {
+	if st.quietHTTP.Load() {
+		return true
+	}
 	return st.untraced.Load() > setupUntraced && st.wr.passed.Load() && trace.CurrentID() == ""
 }
 

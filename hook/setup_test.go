@@ -22,6 +22,7 @@ type writeRecorder struct {
 	mu     sync.Mutex
 	writes map[uint64][]reportedWrite
 	reads  map[uint64][]string // the trace of the reading goroutine, per read reported
+	read   []byte              // the bytes of every read reported
 }
 
 type reportedWrite struct {
@@ -41,10 +42,11 @@ func (r *writeRecorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	}
 }
 
-func (r *writeRecorder) OutboundRead(c *hook.ConnInfo, _ []byte) {
+func (r *writeRecorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 	if c.Remote == r.dst {
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		r.read = append(r.read, p...)
 		appendFor(&r.reads, c.ID, trace.CurrentID())
 	}
 }

@@ -317,7 +317,7 @@ func validOrEmpty(tid string) string {
 // every piece is sent as a frame.
 func (e *engine) plainOutboundWrite(st *connState, b []byte) bool {
 	broken := st.broken.Load()
-	if st.redirect || !(broken || st.wr.passed.Load()) {
+	if st.redirect || !(broken || st.passed.Load()) {
 		return false
 	}
 	if len(b) > 0 && e.cfg.Mode == Record && !broken {
@@ -354,7 +354,7 @@ func (e *engine) outboundWriteSplit(st *connState, c *netConn, b []byte) (int, e
 		}
 	}
 	w := outWriter{e: e, st: st, c: c}
-	defer st.wr.publish()
+	defer st.publish()
 	if !e.splitOutbound(st, b, &w) {
 		// The hook panicked: send the bytes as they are (framed with no
 		// trace on a redirected connection, so the mock stays in sync).

@@ -88,39 +88,55 @@ func (e *engine) now() time.Time {
 }
 
 // connState is what the agent keeps about one TCP (or Unix stream)
-// connection between its first Read/Write and its Close.
+// connection between its first Read/Write and its Close. The fields every
+// hooked Read and Write reads come first, in one cache line: the state of a
+// connection is touched once or twice per request, by then mostly out of
+// the cache.
 type connState struct {
 	key     uintptr // address of the netFD
-	gen     uint64
-	info    ConnInfo
 	inbound bool
 	// redirect is set for an outbound connection that replay mode sent to
 	// the mock server; dst is where the application meant it to go.
 	redirect bool
-	dst      string
 	// broken is set after a hook panicked on this connection: from then on
 	// its bytes pass unchanged (framed with no trace when redirected).
 	broken atomic.Bool
+	// passed is set once the outbound stream gave up on HTTP (and holds
+	// nothing): writes then skip it (see publish).
+	passed atomic.Bool
+	// quietHTTP is set while the request last written on an outbound HTTP
+	// connection has no trace: record mode reports neither it nor its
+	// answer (see outWriter.record).
+	quietHTTP atomic.Bool
+	preamble  atomic.Bool // the preamble frame has been sent (set under wmu)
+	// untraced counts the writes with no trace reported on an outbound
+	// connection whose bytes skip the stream (see setupWrite).
+	untraced atomic.Int32
+	// gone is set when the state leaves the table (see connTable.get).
+	gone atomic.Bool
+
+	gen  uint64
+	info ConnInfo
+	dst  string
 
 	rmu     sync.Mutex // read side: rd, pending
 	rd      *stream    // inbound: the request parser
 	pending []byte     // parsed bytes that did not fit the reader's buffer
 
-	// untraced counts the writes with no trace reported on an outbound
-	// connection whose bytes skip the stream (see setupWrite).
-	untraced atomic.Int32
-	// quietHTTP is set while the request last written on an outbound HTTP
-	// connection has no trace: record mode reports neither it nor its
-	// answer (see outWriter.record).
-	quietHTTP atomic.Bool
-
-	wmu      sync.Mutex  // write side: wr, preamble, wbuf
-	wr       *stream     // outbound: strips the in-band Retrace-Trace-Id
-	preamble atomic.Bool // the preamble frame has been sent (set under wmu)
-	wbuf     []byte
+	wmu  sync.Mutex // write side: wr, preamble, wbuf
+	wr   *stream    // outbound: strips the in-band Retrace-Trace-Id
+	wbuf []byte
 
 	srv    serving                // inbound: the request being served, those waiting (serving.go)
 	curTID atomic.Pointer[string] // inbound, record mode: trace of the current request
+}
+
+// publish sets passed once the outbound stream has given up on HTTP;
+// called under wmu after a feed.
+func (st *connState) publish() {
+	if !st.passed.Load() && st.wr.passThrough() {
+		st.passed.Store(true)
+	}
 }
 
 // setupUntraced is how many writes with no trace record mode reports on
@@ -158,7 +174,7 @@ func (st *connState) skipRead() bool {
 	if st.quietHTTP.Load() {
 		return true
 	}
-	return st.untraced.Load() > setupUntraced && st.wr.passed.Load() && trace.CurrentID() == ""
+	return st.untraced.Load() > setupUntraced && st.passed.Load() && trace.CurrentID() == ""
 }
 
 func (st *connState) tid() string {
@@ -173,15 +189,34 @@ func (st *connState) tid() string {
 // on Close, or by a runtime cleanup when the netFD is collected unclosed
 // (checked by generation, since the address may be reused by then). Every
 // hooked Read and Write looks its connection up: a cowmap, whose lookups
-// take no lock.
+// take no lock, behind recent, which holds the state last found in each of
+// its slots (by address): one cache line to read on a hit, where the map
+// takes three or four.
 type connTable struct {
+	recent [recentSlots]atomic.Pointer[connState]
 	m      cowmap.Map[uintptr, *connState]
 	create sync.Mutex // serialises creation, so a pending connect is taken once
 	count  atomic.Int64
 }
 
+const recentBits = 11
+const recentSlots = 1 << recentBits
+
+func (t *connTable) slot(key uintptr) *atomic.Pointer[connState] {
+	return &t.recent[(uint64(key)*0x9E3779B97F4A7C15)>>(64-recentBits)]
+}
+
 func (t *connTable) get(key uintptr) *connState {
+	slot := t.slot(key)
+	// A state found in a slot is the key's while it is not gone: its netFD
+	// has not been closed or collected, so no other netFD has its address.
+	if st := slot.Load(); st != nil && st.key == key && !st.gone.Load() {
+		return st
+	}
 	st, _ := t.m.Get(key)
+	if st != nil {
+		slot.Store(st)
+	}
 	return st
 }
 
@@ -200,11 +235,14 @@ func (t *connTable) remove(key uintptr, gen uint64, anyGen bool) *connState {
 	t.m.Update(key, func(m map[uintptr]*connState) {
 		if cur := m[key]; cur != nil && (anyGen || cur.gen == gen) {
 			st = cur
+			st.gone.Store(true)
 			delete(m, key)
 		}
 	})
 	if st != nil {
 		t.count.Add(-1)
+		// (a lookup racing with this may put st back: gone makes it a miss)
+		t.slot(key).CompareAndSwap(st, nil)
 	}
 	return st
 }
@@ -212,6 +250,12 @@ func (t *connTable) remove(key uintptr, gen uint64, anyGen bool) *connState {
 // drain removes every entry.
 func (t *connTable) drain() []*connState {
 	all := t.m.Drain()
+	for _, st := range all {
+		st.gone.Store(true)
+	}
+	for i := range t.recent {
+		t.recent[i].Store(nil)
+	}
 	t.count.Add(-int64(len(all)))
 	return all
 }

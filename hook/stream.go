@@ -1,8 +1,6 @@
 package hook
 
 import (
-	"sync/atomic"
-
 	"github.com/retrace-dev/retrace/trace"
 )
 
@@ -35,9 +33,6 @@ type stream struct {
 	// writes: the stream follows what the application writes, and held
 	// bytes wait to go out (not only to be reported)
 	writes bool
-	// passed is passThrough as of the last feed, for goroutines that do
-	// not hold the lock the stream is used under: once true it stays true.
-	passed atomic.Bool
 }
 
 // newStream returns a stream for the bytes an application reads, or with
@@ -54,15 +49,8 @@ func (s *stream) onRequest(h trace.RequestHead, start int) {
 
 // passThrough reports whether the parser gave up on the connection and
 // nothing is held: bytes can then skip the stream entirely. Only under the
-// stream's lock; see passed.
+// stream's lock; see connState.passed.
 func (s *stream) passThrough() bool { return s.p.PassThrough() && !s.holding }
-
-// publish updates passed; called under the stream's lock after a feed.
-func (s *stream) publish() {
-	if !s.passed.Load() && s.passThrough() {
-		s.passed.Store(true)
-	}
-}
 
 // feed runs in through the parser and returns the bytes the other side
 // must see; s.events has the request heads it completed. The result is

@@ -68,6 +68,10 @@ func newStage(t *testing.T) *stage {
 		orders.EnvRedisAddr + "=" + s.redis.Addr(),
 		orders.EnvRedisPrefix + "=" + cfg.RedisPrefix,
 		orders.EnvPricingURL + "=http://" + s.pricing.Addr(),
+		// A CI machine running other packages' tests beside this one has
+		// put the load step's requests 8 s behind their schedule, and
+		// downstream calls over the default 5 s bound failed with 502.
+		orders.EnvTimeout + "=60s",
 	}
 	return s
 }

@@ -47,6 +47,7 @@ const (
 	EnvPricingURL  = "ORDERS_PRICING_URL"
 	EnvVariant     = "ORDERS_VARIANT"
 	EnvMaxDBConns  = "ORDERS_MYSQL_MAX_CONNS"
+	EnvTimeout     = "ORDERS_TIMEOUT"
 )
 
 // ConfigFromEnv returns a Config read from the ORDERS_* environment
@@ -59,7 +60,17 @@ func ConfigFromEnv() Config {
 		PricingURL:  os.Getenv(EnvPricingURL),
 		Variant:     os.Getenv(EnvVariant),
 		MaxDBConns:  atoiOr0(os.Getenv(EnvMaxDBConns)),
+		Timeout:     durationOr0(os.Getenv(EnvTimeout)),
 	}
+}
+
+// durationOr0 parses a Go duration ("30s"); anything else is 0, the default.
+func durationOr0(s string) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0
+	}
+	return d
 }
 
 func atoiOr0(s string) int {

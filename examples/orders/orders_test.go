@@ -305,3 +305,12 @@ func TestConfig(t *testing.T) {
 		t.Errorf("defaults %+v", c)
 	}
 }
+
+func TestConfigFromEnvTimeout(t *testing.T) {
+	for v, want := range map[string]time.Duration{"": 0, "30s": 30 * time.Second, "1m30s": 90 * time.Second, "soon": 0, "-1s": 0} {
+		t.Setenv(orders.EnvTimeout, v)
+		if got := orders.ConfigFromEnv().Timeout; got != want {
+			t.Errorf("%s=%q: Timeout %v, want %v", orders.EnvTimeout, v, got, want)
+		}
+	}
+}

@@ -253,11 +253,7 @@ func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) 
 		(r != respIdle || len(b) > 9 && b[9] == '1' || !st.srv.resp.CompareAndSwap(respIdle, respStarted)) {
 		return e.inboundWriteTurn(st, c, b)
 	}
-	if len(b) > 0 && e.cfg.Mode == Record {
-		if tid := st.tid(); tid != "" {
-			e.recordCall("inbound-write", func() { e.cfg.Recorder.InboundWrite(&st.info, tid, b) })
-		}
-	}
+	e.reportInboundWrite(st, b)
 	return e.l.plainWrite(c, b)
 }
 

@@ -127,8 +127,8 @@ type connState struct {
 	wr   *stream    // outbound: strips the in-band Retrace-Trace-Id
 	wbuf []byte
 
-	srv    serving                // inbound: the request being served, those waiting (serving.go)
-	curTID atomic.Pointer[string] // inbound, record mode: trace of the current request
+	srv serving                     // inbound: the request being served, those waiting (serving.go)
+	cur atomic.Pointer[trace.Trace] // inbound: trace of the current request, nil for none
 }
 
 // publish sets passed once the outbound stream has given up on HTTP;
@@ -178,8 +178,8 @@ func (st *connState) skipRead() bool {
 }
 
 func (st *connState) tid() string {
-	if p := st.curTID.Load(); p != nil {
-		return *p
+	if t := st.cur.Load(); t != nil {
+		return t.ID
 	}
 	return ""
 }
@@ -228,22 +228,15 @@ func (t *connTable) put(st *connState) {
 // remove deletes the entry for key if its generation is gen (or whatever
 // it is when anyGen) and returns what it deleted.
 func (t *connTable) remove(key uintptr, gen uint64, anyGen bool) *connState {
-	if st := t.get(key); st == nil || !(anyGen || st.gen == gen) {
-		return nil // nothing to do: skip the copy
+	st, ok := t.m.Delete(key, func(st *connState) bool { return !anyGen && st.gen != gen })
+	if !ok {
+		return nil
 	}
-	var st *connState
-	t.m.Update(key, func(m map[uintptr]*connState) {
-		if cur := m[key]; cur != nil && (anyGen || cur.gen == gen) {
-			st = cur
-			st.gone.Store(true)
-			delete(m, key)
-		}
-	})
-	if st != nil {
-		t.count.Add(-1)
-		// (a lookup racing with this may put st back: gone makes it a miss)
-		t.slot(key).CompareAndSwap(st, nil)
-	}
+	t.count.Add(-1)
+	// gone before the slot is cleared: a lookup racing with this may put
+	// st back, and finds it gone
+	st.gone.Store(true)
+	t.slot(key).CompareAndSwap(st, nil)
 	return st
 }
 

@@ -233,27 +233,15 @@ func (e *engine) bind(st *connState, t *trace.Trace) {
 		s.release()
 		s.release = nil
 	}
-	tid := ""
 	if t != nil {
-		tid = t.ID
 		s.release = trace.Bind(t)
 		counters.bound.Add(1)
 		if !t.ReplayTime.IsZero() {
 			s.release = withReplayClock(s.release)
 		}
 	}
-	if e.cfg.Mode == Record { // only record mode reports responses by trace
-		tp := &noTID // requests not sampled share it: no allocation
-		if tid != "" {
-			tp = new(string)
-			*tp = tid
-		}
-		st.curTID.Store(tp)
-	}
+	st.cur.Store(t)
 }
-
-// noTID is the connection's trace while it serves a request of none.
-var noTID = ""
 
 // unbind releases the connection's binding and forgets the requests that
 // wait (the connection is closing).

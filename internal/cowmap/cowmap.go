@@ -66,6 +66,25 @@ func (t *Map[K, V]) Update(k K, f func(m map[K]V)) {
 	}
 }
 
+// Delete removes k's entry when it has one and keep (nil: none) does not
+// keep it, and returns the value removed. A key absent or kept costs no
+// copy.
+func (t *Map[K, V]) Delete(k K, keep func(V) bool) (v V, ok bool) {
+	if cur, found := t.Get(k); !found || keep != nil && keep(cur) {
+		return v, false
+	}
+	t.Update(k, func(m map[K]V) {
+		if v, ok = m[k]; ok && keep != nil && keep(v) {
+			var zero V
+			v, ok = zero, false
+		}
+		if ok {
+			delete(m, k)
+		}
+	})
+	return v, ok
+}
+
 // Drain removes every entry and returns the values.
 func (t *Map[K, V]) Drain() []V {
 	var all []V

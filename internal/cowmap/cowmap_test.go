@@ -91,3 +91,25 @@ func TestMapConcurrent(t *testing.T) {
 	close(stop)
 	writer.Wait()
 }
+
+func TestMapDelete(t *testing.T) {
+	var tb Map[uint64, string]
+	put(&tb, 1, "a")
+	put(&tb, 2, "b")
+	before := tb.shard(3).m.Load()
+	_, ok := tb.Delete(3, nil)
+	assert.False(t, ok, "absent")
+	assert.Same(t, before, tb.shard(3).m.Load(), "an absent key costs no copy")
+	_, ok = tb.Delete(1, func(v string) bool { return v == "a" })
+	assert.False(t, ok, "kept")
+	v, ok := tb.Get(1)
+	assert.True(t, ok)
+	assert.Equal(t, "a", v)
+	v, ok = tb.Delete(1, func(v string) bool { return v != "a" })
+	assert.True(t, ok)
+	assert.Equal(t, "a", v)
+	v, ok = tb.Delete(2, nil)
+	assert.True(t, ok)
+	assert.Equal(t, "b", v)
+	assert.Empty(t, tb.Drain())
+}

@@ -54,7 +54,7 @@ type Recorder struct {
 	base      time.Time // monotonic origin of the *Ns fields
 
 	sessions sessionIndex                 // by trace id
-	inConns  *table[uint64, *active]      // inbound connection → its oldest session in progress (active.next)
+	inConns  inConnTable                  // inbound connection → its oldest session in progress (active.next)
 	outConns cowmap.Map[uint64, *outConn] // dialled connections seen
 
 	activeN, overflow, incomplete atomic.Int64
@@ -79,7 +79,6 @@ func New(cfg Config) (*Recorder, error) {
 		maxActive: int64(cfg.MaxActive),
 		log:       cfg.Logger,
 		base:      time.Now(),
-		inConns:   newTable[uint64, *active](hashU64),
 	}, nil
 }
 
@@ -299,15 +298,7 @@ func (r *Recorder) InboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 // by the close) or forgets a dialled connection.
 func (r *Recorder) Closed(c *hook.ConnInfo) {
 	if !c.Inbound {
-		if _, ok := r.outConns.Get(c.ID); !ok {
-			return // never written: skip the copy
-		}
-		var oc *outConn
-		r.outConns.Update(c.ID, func(m map[uint64]*outConn) {
-			oc = m[c.ID]
-			delete(m, c.ID)
-		})
-		if oc != nil {
+		if oc, ok := r.outConns.Delete(c.ID, nil); ok {
 			oc.mu.Lock()
 			oc.closed = true
 			oc.mu.Unlock()

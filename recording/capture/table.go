@@ -7,34 +7,27 @@ import (
 	"github.com/retrace-dev/retrace/internal/cowmap"
 )
 
-// table is a map sharded by a hash of its key, so that connections on
-// many goroutines rarely contend for one lock. Every use of it writes (see
-// sessionIndex for the map that is mostly read).
-type table[K comparable, V any] struct {
-	hash   func(K) uint64
-	shards [64]tableShard[K, V]
-}
-
-type tableShard[K comparable, V any] struct {
-	mu sync.Mutex
-	m  map[K]V
-	_  [48]byte // keep shards on separate cache lines
-}
-
-func newTable[K comparable, V any](hash func(K) uint64) *table[K, V] {
-	t := &table[K, V]{hash: hash}
-	for i := range t.shards {
-		t.shards[i].m = map[K]V{}
+// inConnTable maps inbound connection ids to their sessions in progress,
+// sharded so that connections on many goroutines rarely contend for one
+// lock. Every use of it writes (see sessionIndex for the map that is mostly
+// read).
+type inConnTable struct {
+	shards [64]struct {
+		mu sync.Mutex
+		m  map[uint64]*active
+		_  [48]byte // keep shards on separate cache lines
 	}
-	return t
 }
 
-// locked runs f with the shard of k locked: f may read and change the
-// entry of k in m.
-func (t *table[K, V]) locked(k K, f func(m map[K]V)) {
-	s := &t.shards[(t.hash(k)*0x9E3779B97F4A7C15)>>58]
+// locked runs f with the shard of conn locked: f may read and change the
+// entry of conn in m.
+func (t *inConnTable) locked(conn uint64, f func(m map[uint64]*active)) {
+	s := &t.shards[(conn*0x9E3779B97F4A7C15)>>58]
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[uint64]*active{}
+	}
 	f(s.m)
 }
 
@@ -82,8 +75,6 @@ func (x *sessionIndex) remove(a *active) {
 
 // drain takes every session out and returns them.
 func (x *sessionIndex) drain() []*active { return x.m.Drain() }
-
-func hashU64(k uint64) uint64 { return k }
 
 // hashString is the runtime's string hash (AES-based where the CPU has
 // it): a few instructions for a trace id, where a byte loop took dozens.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 
 	"github.com/retrace-dev/retrace/trace"
 )
@@ -138,6 +139,13 @@ type ConnInfo struct {
 	// Local and Remote are the connection's addresses ("ip:port"). Remote
 	// of an outbound connection is its destination.
 	Local, Remote string
+	// Data is the Recorder's own, for its state of the connection; the
+	// agent never touches it. Every report of a connection comes with the
+	// same *ConnInfo, so a Recorder that keeps its state here finds it with
+	// one load instead of a lookup by ID in a table shared by all
+	// connections. Reports of one connection may come from several
+	// goroutines at once (net/http reads and writes a connection on two).
+	Data atomic.Value
 }
 
 // Errors of Install.

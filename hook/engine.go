@@ -319,7 +319,7 @@ func (e *engine) newState(fd unsafe.Pointer) *connState {
 	}
 	st := &connState{key: uintptr(fd), inbound: !l.fdConnected(fd)}
 	st.gen = e.nextID.Add(1)
-	st.info = ConnInfo{ID: st.gen, Inbound: st.inbound}
+	st.info.ID, st.info.Inbound = st.gen, st.inbound
 	if la := l.fdLaddr(fd); la != nil {
 		st.info.Local = la.String()
 	}

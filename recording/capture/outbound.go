@@ -15,7 +15,8 @@ import (
 // for the write they answer to be reported.
 const maxEarly = 64 << 10
 
-// outConn is what the Recorder knows of one dialled connection.
+// outConn is what the Recorder knows of one dialled connection, kept in its
+// hook.ConnInfo.Data.
 type outConn struct {
 	id  uint64
 	dst string
@@ -29,7 +30,11 @@ type outConn struct {
 	owned   bool       // a session has taken the connection's set-up calls
 	pending []*call    // set-up calls waiting for the connection's first session
 	authed  bool       // MySQL: the handshake response has been written
-	closed  bool
+	// sess is the session the connection's last call was placed in, or
+	// nil: a request usually makes several calls in a row on the
+	// connection it holds, and this spares those after the first the
+	// lookup in the Recorder's index.
+	sess *active
 	// MySQL: the trace of the request that prepared each live statement.
 	// A pooled connection runs the COM_STMT_CLOSE of one request's
 	// statement whenever database/sql gets round to it — often on the
@@ -73,36 +78,85 @@ func (c *call) httpFramer() *httpframe.Response {
 // ends: its header and the first 12 bytes of its payload.
 const prepareIDEnd = 4 + 12
 
-// snapshot returns the call as recorded so far, start relative to base.
-func (c *call) snapshot(base int64) recording.Call {
-	c.oc.mu.Lock()
-	defer c.oc.mu.Unlock()
+// snapshotCalls returns calls as recorded so far, start relative to base,
+// in the order they started and numbered in it. The calls of one
+// connection are read under one hold of its lock: a request often makes
+// several in a row on the connection it holds, and the lock's line is on
+// whichever core used the connection last.
+func snapshotCalls(calls []*call, base int64) []recording.Call {
+	out := make([]recording.Call, len(calls))
+	var taken uint64 // calls[j] (j < 64) read with an earlier one
+	for i, c := range calls {
+		if i < 64 && taken&(1<<i) != 0 {
+			continue
+		}
+		oc := c.oc
+		oc.mu.Lock()
+		out[i] = c.snapshotLocked(base)
+		for j := i + 1; j < min(len(calls), 64); j++ {
+			if calls[j].oc == oc && taken&(1<<j) == 0 {
+				out[j] = calls[j].snapshotLocked(base)
+				taken |= 1 << j
+			}
+		}
+		oc.mu.Unlock()
+	}
+	// by start, stably: calls are attached about in the order they
+	// started, so this insertion sort mostly only compares
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].StartNs < out[j-1].StartNs; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	for i := range out {
+		out[i].Seq = i
+	}
+	return out
+}
+
+// snapshotLocked returns the call as recorded so far, start relative to
+// base (called with c.oc.mu held).
+func (c *call) snapshotLocked(base int64) recording.Call {
 	return recording.Call{Proto: c.oc.proto, Dst: c.oc.dst, Setup: c.setup, Conn: int64(c.oc.id),
 		Request: c.req.view(), Response: c.resp.view(), StartNs: c.start - base, DurNs: c.end - c.start,
 		RequestTruncated: c.req.truncated, ResponseTruncated: c.resp.truncated}
 }
 
-func (r *Recorder) outConn(c *hook.ConnInfo) *outConn {
-	if oc, ok := r.outConns.Get(c.ID); ok {
+// outConnOf returns the state of a dialled connection, made on first use;
+// nil only if c holds another kind of state (not a dialled connection).
+func outConnOf(c *hook.ConnInfo) *outConn {
+	if oc, ok := c.Data.Load().(*outConn); ok {
 		return oc
 	}
-	return r.newOutConn(c.ID, c.Remote)
+	return newOutConn(c)
 }
 
-// newOutConn is outConn's slow path, kept out of line: OutboundWrite runs
+// newOutConn is outConnOf's slow path, kept out of line: OutboundWrite runs
 // at the bottom of deep client stacks (a driver's write on a request's
 // child goroutine), and every byte of frame there can make the runtime
 // grow and copy the goroutine's stack.
 //
 //go:noinline
-func (r *Recorder) newOutConn(id uint64, dst string) (oc *outConn) {
-	r.outConns.Update(id, func(m map[uint64]*outConn) {
-		if oc = m[id]; oc == nil { // or another goroutine made it first
-			oc = &outConn{id: id, dst: dst}
-			m[id] = oc
-		}
-	})
+func newOutConn(c *hook.ConnInfo) *outConn {
+	oc := &outConn{id: c.ID, dst: c.Remote}
+	if !c.Data.CompareAndSwap(nil, oc) {
+		oc, _ = c.Data.Load().(*outConn) // another goroutine made it first
+	}
 	return oc
+}
+
+// sessionFor returns the session of tid in progress for a call on the
+// connection, or nil (called with oc.mu held).
+func (r *Recorder) sessionFor(oc *outConn, tid string) *active {
+	if tid == "" {
+		return nil
+	}
+	if a := oc.sess; a != nil && a.id == tid && !a.ended.Load() {
+		return a
+	}
+	a := r.sessions.get(tid)
+	oc.sess = a
+	return a
 }
 
 // OutboundWrite adds request bytes to the connection's current call, or
@@ -112,7 +166,10 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	if len(p) == 0 {
 		return
 	}
-	oc := r.outConn(c)
+	oc := outConnOf(c)
+	if oc == nil {
+		return
+	}
 	now := r.now()
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
@@ -158,7 +215,7 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	}
 	// the session is looked up here rather than in place: the deepest frame
 	// on this path is what makes the runtime grow a client's stack
-	place(oc, cur, r.session(tid))
+	place(oc, cur, r.sessionFor(oc, tid))
 	if cur.keep {
 		cur.req.add(p, r.max, &oc.arena)
 	}
@@ -202,7 +259,7 @@ func (r *Recorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 	if len(p) == 0 {
 		return
 	}
-	oc, ok := r.outConns.Get(c.ID)
+	oc, ok := c.Data.Load().(*outConn)
 	if !ok {
 		if !mayBeMySQLGreeting(p) && !bytes.HasPrefix(p, []byte("HTTP/1.")) {
 			// bytes on a connection whose writes were never reported:
@@ -212,7 +269,9 @@ func (r *Recorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 		// a server that speaks first (MySQL), or the answer to the first
 		// request of a new HTTP connection read before the write was
 		// reported (net/http reads on another goroutine than it writes)
-		oc = r.outConn(c)
+		if oc = outConnOf(c); oc == nil {
+			return
+		}
 	}
 	now := r.now()
 	oc.mu.Lock()

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/retrace-dev/retrace/hook"
-	"github.com/retrace-dev/retrace/internal/cowmap"
 	"github.com/retrace-dev/retrace/internal/httpframe"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
@@ -53,9 +51,10 @@ type Recorder struct {
 	log       *slog.Logger
 	base      time.Time // monotonic origin of the *Ns fields
 
-	sessions sessionIndex                 // by trace id
-	inConns  inConnTable                  // inbound connection → its oldest session in progress (active.next)
-	outConns cowmap.Map[uint64, *outConn] // dialled connections seen
+	// sessions are the sessions in progress by trace id. What the
+	// Recorder knows of each connection is in its hook.ConnInfo.Data: an
+	// *inbound or an *outConn.
+	sessions sessionIndex
 
 	activeN, overflow, incomplete atomic.Int64
 	closeOnce                     sync.Once
@@ -142,13 +141,51 @@ func (p *payload) view() []byte {
 	return p.b[:len(p.b):len(p.b)]
 }
 
+// inbound is what the Recorder knows of one accepted connection: its
+// sessions in progress, a list by active.next in request order (responses
+// come in that order).
+type inbound struct {
+	mu    sync.Mutex // guards first and the next links of its sessions
+	first *active
+}
+
+// inboundOf returns the state of an accepted connection, made on first use.
+func inboundOf(c *hook.ConnInfo) *inbound {
+	if ic, ok := c.Data.Load().(*inbound); ok {
+		return ic
+	}
+	ic := &inbound{}
+	if !c.Data.CompareAndSwap(nil, ic) {
+		ic, _ = c.Data.Load().(*inbound) // another report made it first
+	}
+	return ic
+}
+
+// session returns the session of tid in progress on the connection, or
+// nil. A request's reads and writes look their session up here, among the
+// connection's few, rather than in the Recorder's index of all sessions,
+// which other cores change with every request that starts or ends.
+func (ic *inbound) session(tid string) *active {
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	for a := ic.first; a != nil; a = a.next {
+		if a.id == tid {
+			return a
+		}
+	}
+	return nil
+}
+
 // active is a session in progress.
 type active struct {
 	id            string
 	at            time.Time // wall clock at the request's start
 	start         int64     // Recorder.now at the request's start
-	conn          uint64
+	in            *inbound  // the connection the request came on
 	local, remote string
+	// ended is set with done, for lookups that keep a session found
+	// earlier (outConn.sess) without taking its lock.
+	ended atomic.Bool
 
 	mu     sync.Mutex // guards what follows
 	arena  arena      // the bytes of req and resp
@@ -160,9 +197,7 @@ type active struct {
 
 	// next is the session of the next sampled request on the same
 	// connection, pipelined behind this one (its head read before this
-	// one's response began); guarded by the lock of the inConns shard of
-	// conn. A connection's sessions in progress are a list in request
-	// order from its inConns entry: responses come in that order.
+	// one's response began); guarded by in.mu.
 	next *active
 }
 
@@ -194,8 +229,13 @@ func (r *Recorder) StartRequest(c *hook.ConnInfo, head trace.RequestHead) string
 	}
 	// one reading of the clock for both: At + a call's StartNs must place
 	// the call on the wall clock even if the goroutine is preempted here
+	ic := inboundOf(c)
+	if ic == nil {
+		r.activeN.Add(-1)
+		return ""
+	}
 	now := time.Now()
-	a := &active{at: now, start: int64(now.Sub(r.base)), conn: c.ID, local: c.Local, remote: c.Remote}
+	a := &active{at: now, start: int64(now.Sub(r.base)), in: ic, local: c.Local, remote: c.Remote}
 	a.framer.NoBody = head.Method == "HEAD"
 	a.id = head.TraceParent
 	if a.id == "" || !r.sessions.putNew(a) {
@@ -207,7 +247,7 @@ func (r *Recorder) StartRequest(c *hook.ConnInfo, head trace.RequestHead) string
 			}
 		}
 	}
-	for over := r.enqueue(c.ID, a); over != nil; over = over.next {
+	for over := ic.enqueue(a); over != nil; over = over.next {
 		r.end(over)
 	}
 	return a.id
@@ -223,25 +263,23 @@ func (r *Recorder) StartRequest(c *hook.ConnInfo, head trace.RequestHead) string
 // next request after answering — so the sessions before it are over even
 // though the framing did not see their responses end (a body it could not
 // follow).
-func (r *Recorder) enqueue(conn uint64, a *active) (over *active) {
-	r.inConns.locked(conn, func(m map[uint64]*active) {
-		first, ok := m[conn]
-		if !ok {
-			m[conn] = a
-			return
-		}
-		last := first
-		for last.next != nil {
-			last = last.next
-		}
-		if last.answering() {
-			m[conn] = a
-			over = first
-			return
-		}
-		last.next = a
-	})
-	return over
+func (ic *inbound) enqueue(a *active) (over *active) {
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	if ic.first == nil {
+		ic.first = a
+		return nil
+	}
+	last := ic.first
+	for last.next != nil {
+		last = last.next
+	}
+	if last.answering() {
+		over, ic.first = ic.first, a
+		return over
+	}
+	last.next = a
+	return nil
 }
 
 // end ends a session whose response will not be reported any further:
@@ -262,9 +300,18 @@ func (r *Recorder) session(tid string) *active {
 	return r.sessions.get(tid)
 }
 
+// inboundSession returns the session of tid in progress on an accepted
+// connection, or nil.
+func inboundSession(c *hook.ConnInfo, tid string) *active {
+	if ic, ok := c.Data.Load().(*inbound); ok && tid != "" {
+		return ic.session(tid)
+	}
+	return nil
+}
+
 // InboundRead adds request bytes to the session.
 func (r *Recorder) InboundRead(c *hook.ConnInfo, tid string, p []byte) {
-	a := r.sessions.get(tid)
+	a := inboundSession(c, tid)
 	if a == nil {
 		return
 	}
@@ -278,7 +325,7 @@ func (r *Recorder) InboundRead(c *hook.ConnInfo, tid string, p []byte) {
 // InboundWrite adds response bytes to the session and ends it when the
 // response is complete.
 func (r *Recorder) InboundWrite(c *hook.ConnInfo, tid string, p []byte) {
-	a := r.sessions.get(tid)
+	a := inboundSession(c, tid)
 	if a == nil {
 		return
 	}
@@ -294,23 +341,19 @@ func (r *Recorder) InboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	}
 }
 
-// Closed ends the session of an inbound connection (a response delimited
-// by the close) or forgets a dialled connection.
+// Closed ends the sessions in progress on an inbound connection (a
+// response delimited by the close). What the Recorder knows of a dialled
+// connection goes with its ConnInfo.
 func (r *Recorder) Closed(c *hook.ConnInfo) {
-	if !c.Inbound {
-		if oc, ok := r.outConns.Delete(c.ID, nil); ok {
-			oc.mu.Lock()
-			oc.closed = true
-			oc.mu.Unlock()
-		}
+	ic, ok := c.Data.Load().(*inbound)
+	if !ok {
 		return
 	}
-	var first *active
-	r.inConns.locked(c.ID, func(m map[uint64]*active) {
-		first = m[c.ID]
-		delete(m, c.ID)
-	})
-	// taken out of the table, the list changes no more
+	ic.mu.Lock()
+	first := ic.first
+	ic.first = nil
+	ic.mu.Unlock()
+	// taken off the connection, the list changes no more
 	for a := first; a != nil; a = a.next {
 		r.end(a)
 	}
@@ -321,6 +364,7 @@ func (r *Recorder) drop(a *active) bool {
 	a.mu.Lock()
 	was := a.done
 	a.done = true
+	a.ended.Store(true)
 	a.calls = nil
 	a.mu.Unlock()
 	if was {
@@ -332,23 +376,19 @@ func (r *Recorder) drop(a *active) bool {
 
 func (r *Recorder) forgetActive(a *active) {
 	r.sessions.remove(a)
-	r.inConns.locked(a.conn, func(m map[uint64]*active) {
-		p, ok := m[a.conn]
-		switch {
-		case !ok:
-		case p == a && a.next == nil:
-			delete(m, a.conn)
-		case p == a:
-			m[a.conn] = a.next
-		default:
-			for ; p.next != nil; p = p.next {
-				if p.next == a {
-					p.next = a.next
-					break
-				}
+	ic := a.in
+	ic.mu.Lock()
+	if ic.first == a {
+		ic.first = a.next
+	} else {
+		for p := ic.first; p != nil && p.next != nil; p = p.next {
+			if p.next == a {
+				p.next = a.next
+				break
 			}
 		}
-	})
+	}
+	ic.mu.Unlock()
 	r.activeN.Add(-1)
 }
 
@@ -361,6 +401,7 @@ func (r *Recorder) finish(a *active) {
 		return
 	}
 	a.done = true
+	a.ended.Store(true)
 	calls := a.calls
 	a.calls = nil
 	s := &recording.Session{
@@ -371,22 +412,7 @@ func (r *Recorder) finish(a *active) {
 	}
 	a.mu.Unlock()
 	r.forgetActive(a)
-	s.Calls = make([]recording.Call, 0, len(calls))
-	for _, c := range calls {
-		s.Calls = append(s.Calls, c.snapshot(a.start))
-	}
-	slices.SortStableFunc(s.Calls, func(x, y recording.Call) int {
-		switch {
-		case x.StartNs < y.StartNs:
-			return -1
-		case x.StartNs > y.StartNs:
-			return 1
-		}
-		return 0
-	})
-	for i := range s.Calls {
-		s.Calls[i].Seq = i
-	}
+	s.Calls = snapshotCalls(calls, a.start)
 	r.pipe.Submit(s)
 }
 

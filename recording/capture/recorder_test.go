@@ -57,15 +57,21 @@ func newTestRecorder(t *testing.T, rate float64, maxPayload int) (*Recorder, *si
 	r, err := New(Config{Pipeline: pipe, App: "t"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close(context.Background()) })
+	newConns()
 	return r, out
 }
 
-var (
+// The connections of the tests: an inbound one and three dialled ones. A
+// Recorder keeps its state of a connection in the ConnInfo, so each
+// Recorder gets new ones (newConns).
+var inConn, rdConn, myConn, htConn *hook.ConnInfo
+
+func newConns() {
 	inConn = &hook.ConnInfo{ID: 1, Inbound: true, Local: "127.0.0.1:8080", Remote: "127.0.0.1:5000"}
 	rdConn = &hook.ConnInfo{ID: 2, Local: "127.0.0.1:5001", Remote: "127.0.0.1:6379"}
 	myConn = &hook.ConnInfo{ID: 3, Local: "127.0.0.1:5002", Remote: "127.0.0.1:3306"}
 	htConn = &hook.ConnInfo{ID: 4, Local: "127.0.0.1:5003", Remote: "127.0.0.1:9000"}
-)
+}
 
 const (
 	getReq = "GET /x HTTP/1.1\r\nHost: a\r\n\r\n"
@@ -411,6 +417,7 @@ func BenchmarkUnsampledRequest(b *testing.B) {
 	pipe, _ := recording.NewPipeline(recording.PipelineConfig{Store: &sink{}, Sampler: smp})
 	r, _ := New(Config{Pipeline: pipe})
 	defer r.Close(context.Background())
+	newConns()
 	head := trace.RequestHead{Method: "GET", Path: "/"}
 	resp := []byte("+OK\r\n")
 	b.ReportAllocs()
@@ -427,6 +434,7 @@ func BenchmarkRecordedRequest(b *testing.B) {
 	pipe, _ := recording.NewPipeline(recording.PipelineConfig{Store: discard{}, Sampler: smp})
 	r, _ := New(Config{Pipeline: pipe})
 	defer r.Close(context.Background())
+	newConns()
 	head := trace.RequestHead{Method: "GET", Path: "/"}
 	req, resp := []byte(getReq), []byte(okResp)
 	rcmd, rrep := []byte("*2\r\n$3\r\nGET\r\n$1\r\na\r\n"), []byte("$1\r\n1\r\n")
@@ -583,4 +591,44 @@ func TestStmtCloseAfterPrepareReadInPieces(t *testing.T) {
 			assert.Empty(t, out.byID(b).Calls)
 		})
 	}
+}
+
+// The calls of a session come out in the order they started, numbered in
+// it, each with its own connection's bytes, however their connections
+// interleave — past the 64 calls whose connections are read together too.
+func TestSnapshotCalls(t *testing.T) {
+	conns := []*outConn{{id: 1, dst: "a:1", proto: protoRedis}, {id: 2, dst: "b:2", proto: protoMySQL}, {id: 3, dst: "c:3", proto: protoHTTP}}
+	var ar arena
+	var calls []*call
+	const n = 150
+	for i := range n {
+		c := &call{oc: conns[i*7%len(conns)], start: int64(i * 37 % 50), end: int64(1000 + i)}
+		c.req.add([]byte(fmt.Sprintf("req-%d", i)), -1, &ar)
+		calls = append(calls, c)
+	}
+	out := snapshotCalls(calls, 5)
+	require.Len(t, out, n)
+	seen := map[string]bool{}
+	for i, c := range out {
+		assert.Equal(t, i, c.Seq)
+		if i > 0 {
+			assert.LessOrEqual(t, out[i-1].StartNs, c.StartNs, "call %d", i)
+		}
+		var k int
+		_, err := fmt.Sscanf(string(c.Request), "req-%d", &k)
+		require.NoError(t, err)
+		oc := calls[k].oc
+		assert.Equal(t, int64(oc.id), c.Conn, "call %d", k)
+		assert.Equal(t, oc.dst, c.Dst)
+		assert.Equal(t, oc.proto, c.Proto)
+		assert.Equal(t, calls[k].start-5, c.StartNs)
+		assert.Equal(t, calls[k].end-calls[k].start, c.DurNs)
+		seen[string(c.Request)] = true
+		if i > 0 && out[i-1].StartNs == c.StartNs {
+			var prev int
+			_, _ = fmt.Sscanf(string(out[i-1].Request), "req-%d", &prev)
+			assert.Less(t, prev, k, "equal starts keep their order")
+		}
+	}
+	assert.Len(t, seen, n)
 }

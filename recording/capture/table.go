@@ -2,38 +2,13 @@ package capture
 
 import (
 	"hash/maphash"
-	"sync"
 
 	"github.com/retrace-dev/retrace/internal/cowmap"
 )
 
-// inConnTable maps inbound connection ids to their sessions in progress,
-// sharded so that connections on many goroutines rarely contend for one
-// lock. Every use of it writes (see sessionIndex for the map that is mostly
-// read).
-type inConnTable struct {
-	shards [64]struct {
-		mu sync.Mutex
-		m  map[uint64]*active
-		_  [48]byte // keep shards on separate cache lines
-	}
-}
-
-// locked runs f with the shard of conn locked: f may read and change the
-// entry of conn in m.
-func (t *inConnTable) locked(conn uint64, f func(m map[uint64]*active)) {
-	s := &t.shards[(conn*0x9E3779B97F4A7C15)>>58]
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[uint64]*active{}
-	}
-	f(s.m)
-}
-
-// sessionIndex maps trace ids to the sessions in progress. Every recorded
-// call looks its session up, and so do the request's reads and writes (a
-// dozen lookups or more per request, from both cores): the index is a
+// sessionIndex maps trace ids to the sessions in progress. A recorded call
+// looks its session up here when its connection's last call was not of the
+// same session (outConn.sess), from either core: the index is a
 // cowmap.Small keyed by the id's hash, so a lookup takes no lock and
 // writes nothing shared. Its writers, a session's start and end, copy a
 // shard's few entries.

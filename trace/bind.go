@@ -145,18 +145,24 @@ func (b *binding) labelValue() string {
 
 func isReleased(b *binding) bool { return b.released.Load() }
 
-// Current returns the trace of the calling goroutine, or nil. It looks in
-// the goroutine table first (a Bind on this goroutine), then at the pprof
-// label inherited from the goroutine that started this one. A goroutine
-// that outlives the request that started it inherited a label naming a
-// released trace: Current returns nil there, so late work is never charged
-// to a request that has ended (or to the next one on the same connection).
+// Current returns the trace of the calling goroutine, or nil: the trace
+// named by the goroutine's pprof label (set by Bind on this goroutine, or
+// inherited from the goroutine that started this one), else the binding
+// of this goroutine in the goroutine table. A goroutine that outlives the
+// request that started it inherited a label naming a released trace:
+// Current returns nil there, so late work is never charged to a request
+// that has ended (or to the next one on the same connection).
 //
-// On the bound goroutine, Current also puts the trace's label back when the
-// application replaced the goroutine's labels since Bind (pprof.Do,
-// pprof.SetGoroutineLabels), so goroutines it starts afterwards inherit
-// the trace again; that is the only time it allocates. It never takes a
-// lock.
+// The label comes first because it is the goroutine's own: reading it
+// touches nothing other goroutines write, where the table changes with
+// every Bind and release of every request. Both name the same binding
+// whenever the label is there: only Bind and Current set the label, and an
+// application's label sets (pprof.Do, pprof.SetGoroutineLabels) never hold
+// it, since they come from contexts. When the application has replaced the
+// labels of a bound goroutine since Bind, Current finds its binding in the
+// table and puts the trace's label back, so goroutines it starts afterwards
+// inherit the trace again; that is the only time it allocates. It never
+// takes a lock.
 func Current() *Trace {
 	if live.Load() == 0 {
 		// No binding is live, so every one a goroutine could find (in the
@@ -164,16 +170,19 @@ func Current() *Trace {
 		// recording a sample of its requests end here.
 		return nil
 	}
+	cur := runtime_getProfLabel()
+	if b := labelBinding(cur); b != nil {
+		if t := b.trace.Load(); t != nil {
+			return t
+		}
+	}
 	if b := bindings.get(goid.Get()); b != nil {
 		if t := b.trace.Load(); t != nil {
-			if cur := runtime_getProfLabel(); cur != b.ourLabels {
+			if cur != b.ourLabels {
 				b.relabel(cur)
 			}
 			return t
 		}
-	}
-	if b := labelBinding(runtime_getProfLabel()); b != nil {
-		return b.trace.Load()
 	}
 	return nil
 }

@@ -485,7 +485,12 @@ func (w *outWriter) record(tid string, p []byte) {
 		return
 	}
 	if http := !w.st.wr.p.PassThrough(); http || tid != "" {
-		w.st.quietHTTP.Store(http && tid == "")
+		// stored only when it changes: the flag shares its cache line
+		// with the state every Read and Write on the connection reads
+		// first, on whatever core the other side of the connection runs
+		if quiet := http && tid == ""; w.st.quietHTTP.Load() != quiet {
+			w.st.quietHTTP.Store(quiet)
+		}
 		if tid == "" {
 			return
 		}

@@ -29,7 +29,7 @@ func appendSession(b []byte, s *Session) ([]byte, bool) {
 		v = SchemaVersion
 	}
 	b = append(b, `{"v":`...)
-	b = strconv.AppendInt(b, int64(v), 10)
+	b = appendInt(b, int64(v))
 	b = append(b, `,"id":`...)
 	b = appendString(b, s.ID)
 	if s.App != "" {
@@ -70,7 +70,7 @@ func appendSession(b []byte, s *Session) ([]byte, bool) {
 
 func appendCall(b []byte, c *Call) []byte {
 	b = append(b, `{"seq":`...)
-	b = strconv.AppendInt(b, int64(c.Seq), 10)
+	b = appendInt(b, int64(c.Seq))
 	b = append(b, `,"proto":`...)
 	b = appendString(b, c.Proto)
 	b = append(b, `,"dst":`...)
@@ -79,7 +79,7 @@ func appendCall(b []byte, c *Call) []byte {
 	b = strconv.AppendBool(b, c.Setup)
 	if c.Conn != 0 {
 		b = append(b, `,"conn":`...)
-		b = strconv.AppendInt(b, c.Conn, 10)
+		b = appendInt(b, c.Conn)
 	}
 	b = appendPayload(b, "request", c.Request)
 	b = appendPayload(b, "response", c.Response)
@@ -89,9 +89,9 @@ func appendCall(b []byte, c *Call) []byte {
 
 func appendTail(b []byte, start, dur int64, reqT, respT bool) []byte {
 	b = append(b, `,"start_ns":`...)
-	b = strconv.AppendInt(b, start, 10)
+	b = appendInt(b, start)
 	b = append(b, `,"dur_ns":`...)
-	b = strconv.AppendInt(b, dur, 10)
+	b = appendInt(b, dur)
 	if reqT {
 		b = append(b, `,"request_truncated":true`...)
 	}
@@ -125,6 +125,68 @@ func appendPayload(b []byte, name string, p []byte) []byte {
 }
 
 const hexDigits = "0123456789abcdef"
+
+// appendInt appends v in decimal, as strconv.AppendInt(b, v, 10) does. A
+// session has about thirty numbers, most of them nanoseconds of seven to
+// nine digits; this writes their digits in pairs straight into b, where
+// strconv formats into a buffer of its own and copies it.
+func appendInt(b []byte, v int64) []byte {
+	u := uint64(v)
+	if v < 0 {
+		b = append(b, '-')
+		u = -u
+	}
+	if u < 10 {
+		return append(b, byte('0'+u))
+	}
+	n := decimalLen(u)
+	b = slices.Grow(b, n)
+	out := b[len(b) : len(b)+n]
+	i := n
+	for u >= 100 {
+		q := u / 100
+		d := (u - q*100) * 2
+		out[i-1], out[i-2] = digitPairs[d+1], digitPairs[d]
+		i -= 2
+		u = q
+	}
+	if u >= 10 {
+		out[1], out[0] = digitPairs[u*2+1], digitPairs[u*2]
+	} else {
+		out[0] = byte('0' + u)
+	}
+	return b[:len(b)+n]
+}
+
+// decimalLen is the number of decimal digits of u (u > 0).
+func decimalLen(u uint64) int {
+	// log10(2) ~ 1233/4096: an estimate from the bit length, then one
+	// comparison with the power of ten it may have reached
+	n := (bits.Len64(u) * 1233) >> 12
+	if n < len(pow10) && u >= pow10[n] {
+		n++
+	}
+	return n
+}
+
+var pow10 = func() (p [20]uint64) {
+	p[0] = 1
+	for i := 1; i < len(p); i++ {
+		p[i] = p[i-1] * 10
+	}
+	return p
+}()
+
+const digitPairs = "00010203040506070809" +
+	"10111213141516171819" +
+	"20212223242526272829" +
+	"30313233343536373839" +
+	"40414243444546474849" +
+	"50515253545556575859" +
+	"60616263646566676869" +
+	"70717273747576777879" +
+	"80818283848586878889" +
+	"90919293949596979899"
 
 // appendString writes s as a JSON string, as appendText does (which only
 // reads the bytes it is given: the view of s is not copied).

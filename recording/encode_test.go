@@ -3,8 +3,10 @@ package recording
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -145,4 +147,44 @@ func TestAppendTextMatchesEncodingJSON(t *testing.T) {
 			return
 		}
 	}
+}
+
+// appendInt writes what strconv does: every power of ten and its
+// neighbours (where the digit count changes), both signs, the extremes,
+// and random values of every length.
+func TestAppendInt(t *testing.T) {
+	check := func(v int64) {
+		t.Helper()
+		want := strconv.AppendInt([]byte("x"), v, 10)
+		if got := appendInt([]byte("x"), v); !bytes.Equal(got, want) {
+			t.Fatalf("appendInt(%d) = %q, want %q", v, got, want)
+		}
+	}
+	for _, v := range []int64{0, 1, 9, math.MaxInt64, math.MinInt64, math.MinInt64 + 1} {
+		check(v)
+		check(-v)
+	}
+	for p := int64(1); p <= math.MaxInt64/10; p *= 10 {
+		for _, v := range []int64{p - 1, p, p + 1, 10*p - 1} {
+			check(v)
+			check(-v)
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 100000 {
+		v := r.Int64() >> r.IntN(64)
+		check(v)
+		check(-v)
+	}
+}
+
+func FuzzAppendInt(f *testing.F) {
+	for _, v := range []int64{0, 7, -12, 69467086, math.MaxInt64, math.MinInt64} {
+		f.Add(v)
+	}
+	f.Fuzz(func(t *testing.T, v int64) {
+		if got, want := appendInt(nil, v), strconv.AppendInt(nil, v, 10); !bytes.Equal(got, want) {
+			t.Fatalf("appendInt(%d) = %q, want %q", v, got, want)
+		}
+	})
 }

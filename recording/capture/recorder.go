@@ -147,6 +147,9 @@ func (p *payload) view() []byte {
 type inbound struct {
 	mu    sync.Mutex // guards first and the next links of its sessions
 	first *active
+	// newest is the session last enqueued: the request being read, and
+	// on a connection that does not pipeline the only one in progress.
+	newest atomic.Pointer[active]
 }
 
 // inboundOf returns the state of an accepted connection, made on first use.
@@ -166,6 +169,9 @@ func inboundOf(c *hook.ConnInfo) *inbound {
 // connection's few, rather than in the Recorder's index of all sessions,
 // which other cores change with every request that starts or ends.
 func (ic *inbound) session(tid string) *active {
+	if a := ic.newest.Load(); a != nil && a.id == tid && !a.ended.Load() {
+		return a
+	}
 	ic.mu.Lock()
 	defer ic.mu.Unlock()
 	for a := ic.first; a != nil; a = a.next {
@@ -266,6 +272,7 @@ func (r *Recorder) StartRequest(c *hook.ConnInfo, head trace.RequestHead) string
 func (ic *inbound) enqueue(a *active) (over *active) {
 	ic.mu.Lock()
 	defer ic.mu.Unlock()
+	ic.newest.Store(a)
 	if ic.first == nil {
 		ic.first = a
 		return nil
@@ -377,6 +384,7 @@ func (r *Recorder) drop(a *active) bool {
 func (r *Recorder) forgetActive(a *active) {
 	r.sessions.remove(a)
 	ic := a.in
+	ic.newest.CompareAndSwap(a, nil) // not kept alive by an idle connection
 	ic.mu.Lock()
 	if ic.first == a {
 		ic.first = a.next

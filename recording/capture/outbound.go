@@ -18,23 +18,25 @@ const maxEarly = 64 << 10
 // outConn is what the Recorder knows of one dialled connection, kept in its
 // hook.ConnInfo.Data.
 type outConn struct {
-	id  uint64
-	dst string
-
-	mu      sync.Mutex // guards what follows and the payloads of its calls
-	arena   arena      // the bytes of its calls' payloads
-	proto   string     // "" until the first bytes tell
-	wrote   bool       // a write has been reported
-	cur     *call      // the call that reads belong to
-	early   []byte     // HTTP: response bytes that came before their request was reported
-	owned   bool       // a session has taken the connection's set-up calls
-	pending []*call    // set-up calls waiting for the connection's first session
-	authed  bool       // MySQL: the handshake response has been written
+	// What every report on the connection reads comes first, in one cache
+	// line (see the padding at the end).
+	mu     sync.Mutex // guards what follows and the payloads of its calls
+	wrote  bool       // a write has been reported
+	owned  bool       // a session has taken the connection's set-up calls
+	authed bool       // MySQL: the handshake response has been written
+	proto  string     // "" until the first bytes tell
+	cur    *call      // the call that reads belong to
 	// sess is the session the connection's last call was placed in, or
 	// nil: a request usually makes several calls in a row on the
 	// connection it holds, and this spares those after the first the
 	// lookup in the Recorder's index.
-	sess *active
+	sess  *active
+	arena arena // the bytes of its calls' payloads
+
+	id      uint64
+	dst     string
+	early   []byte  // HTTP: response bytes that came before their request was reported
+	pending []*call // set-up calls waiting for the connection's first session
 	// MySQL: the trace of the request that prepared each live statement.
 	// A pooled connection runs the COM_STMT_CLOSE of one request's
 	// statement whenever database/sql gets round to it — often on the
@@ -42,6 +44,9 @@ type outConn struct {
 	// onPut) — so a close is charged to its statement's request, not to
 	// the writer's.
 	stmts map[uint32]string
+	// to 192 bytes, a size class whose objects start on a cache line (at
+	// 160 they would straddle two every other time)
+	_ [32]byte
 }
 
 // maxStmts bounds outConn.stmts: past it (statements prepared and never

@@ -184,22 +184,24 @@ func (ic *inbound) session(tid string) *active {
 
 // active is a session in progress.
 type active struct {
-	id            string
+	// The first 64 bytes (a 320-byte object starts on a cache line) hold
+	// what every report to the session reads: its id and state, and the
+	// lock and list a call attaches to.
+	id    string
+	ended atomic.Bool // set with done, for lookups that keep a session found earlier (outConn.sess, inbound.newest) without its lock
+	mu    sync.Mutex  // guards what follows, up to next
+	done  bool
+	calls []*call
+
+	arena  arena // the bytes of req and resp
+	req    payload
+	resp   payload
+	framer httpframe.Response
+
 	at            time.Time // wall clock at the request's start
 	start         int64     // Recorder.now at the request's start
 	in            *inbound  // the connection the request came on
 	local, remote string
-	// ended is set with done, for lookups that keep a session found
-	// earlier (outConn.sess) without taking its lock.
-	ended atomic.Bool
-
-	mu     sync.Mutex // guards what follows
-	arena  arena      // the bytes of req and resp
-	req    payload
-	resp   payload
-	framer httpframe.Response
-	calls  []*call
-	done   bool
 
 	// next is the session of the next sampled request on the same
 	// connection, pipelined behind this one (its head read before this

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -631,4 +632,17 @@ func TestSnapshotCalls(t *testing.T) {
 		}
 	}
 	assert.Len(t, seen, n)
+}
+
+// The fields every report reads sit in the first cache line of their
+// objects, which start on one: sizes that are multiples of 64 get size
+// classes whose objects are 64-byte aligned.
+func TestHotFieldsInOneLine(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("layout of 64-bit platforms")
+	}
+	assert.Zero(t, unsafe.Sizeof(active{})%64, "active size")
+	assert.LessOrEqual(t, unsafe.Offsetof(active{}.calls)+unsafe.Sizeof([]*call{}), uintptr(64), "active's hot fields")
+	assert.Zero(t, unsafe.Sizeof(outConn{})%64, "outConn size")
+	assert.LessOrEqual(t, unsafe.Offsetof(outConn{}.sess)+8, uintptr(64), "outConn's hot fields")
 }

@@ -32,7 +32,16 @@ type binding struct {
 	// alive for as long as any goroutine still carries the label.
 	name [MaxIDLen]byte
 
-	trace    atomic.Pointer[Trace] // nil once released
+	trace atomic.Pointer[Trace] // nil once released
+	// own is the label set Bind gives a goroutine that had no labels (the
+	// common case), in the binding itself and in the cache line of trace:
+	// Current on a goroutine with the label reads that one line, where a
+	// set and its list allocated apart took two more.
+	own struct {
+		set  labelSet
+		list [1]label
+	}
+
 	released atomic.Bool
 	goid     int64    // goroutine Bind ran on
 	prev     *binding // goTable entry this binding shadowed (nested Bind), or nil
@@ -42,6 +51,10 @@ type binding struct {
 	// touches them: Current when it finds b in the table, release when
 	// called there.
 	prevLabels, ourLabels unsafe.Pointer
+
+	// to 192 bytes, a size class whose objects start on a cache line, so
+	// that trace and own share one
+	_ [24]byte
 }
 
 // bindingOfName returns the binding whose name field holds the bytes of v.
@@ -84,7 +97,13 @@ func Bind(t *Trace) (release func()) {
 	b.trace.Store(t)
 	b.prev = bindings.swap(b.goid, b)
 	b.prevLabels = runtime_getProfLabel()
-	b.ourLabels = withLabel(b.prevLabels, b.labelValue())
+	if b.prevLabels == nil {
+		b.own.list[0] = label{labelKey, b.labelValue()}
+		b.own.set.list = b.own.list[:]
+		b.ourLabels = unsafe.Pointer(&b.own.set)
+	} else {
+		b.ourLabels = withLabel(b.prevLabels, b.labelValue())
+	}
 	runtime_setProfLabel(b.ourLabels)
 	live.Add(1)
 	return b.release
@@ -164,17 +183,20 @@ func isReleased(b *binding) bool { return b.released.Load() }
 // inherit the trace again; that is the only time it allocates. It never
 // takes a lock.
 func Current() *Trace {
-	if live.Load() == 0 {
-		// No binding is live, so every one a goroutine could find (in the
-		// table or through a label) is released: most lookups of a service
-		// recording a sample of its requests end here.
-		return nil
-	}
 	cur := runtime_getProfLabel()
-	if b := labelBinding(cur); b != nil {
-		if t := b.trace.Load(); t != nil {
-			return t
+	if cur != nil {
+		if b := labelBinding(cur); b != nil {
+			if t := b.trace.Load(); t != nil {
+				return t
+			}
 		}
+	}
+	if live.Load() == 0 {
+		// No binding is live, so every one the table could hold is
+		// released: most lookups of a service recording a sample of its
+		// requests end here. (Read after the label: every Bind and release
+		// writes it, from any core.)
+		return nil
 	}
 	if b := bindings.get(goid.Get()); b != nil {
 		if t := b.trace.Load(); t != nil {

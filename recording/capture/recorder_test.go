@@ -3,6 +3,7 @@ package capture
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -645,4 +646,33 @@ func TestHotFieldsInOneLine(t *testing.T) {
 	assert.LessOrEqual(t, unsafe.Offsetof(active{}.calls)+unsafe.Sizeof([]*call{}), uintptr(64), "active's hot fields")
 	assert.Zero(t, unsafe.Sizeof(outConn{})%64, "outConn size")
 	assert.LessOrEqual(t, unsafe.Offsetof(outConn{}.sess)+8, uintptr(64), "outConn's hot fields")
+}
+
+// Two requests of one distributed trace, one after the other on the same
+// connections: each session gets its own call, though the second's id is
+// that of the first, which its outbound connection still remembers
+// (outConn.sess) after it ended.
+func TestTraceIDReusedAfterItsSessionEnded(t *testing.T) {
+	r, out := newTestRecorder(t, 1, -1)
+	const tp = "4bf92f3577b34da6a3ce929d0e0e4736"
+	cmd := func(i int) string { return fmt.Sprintf("*2\r\n$3\r\nGET\r\n$1\r\n%d\r\n", i) }
+	rep := func(i int) string { return fmt.Sprintf("$1\r\n%d\r\n", i) }
+	for i := range 2 {
+		tid := request(t, r, inConn, trace.RequestHead{TraceParent: tp}, func(tid string) {
+			r.OutboundWrite(rdConn, tid, []byte(cmd(i)))
+			r.OutboundRead(rdConn, []byte(rep(i)))
+		})
+		require.Equal(t, tp, tid)
+	}
+	settle(t, r)
+	out.mu.Lock()
+	ss := slices.Clone(out.ss)
+	out.mu.Unlock()
+	require.Len(t, ss, 2)
+	for i, s := range ss {
+		assert.Equal(t, tp, s.ID)
+		assert.Equal(t, getReq, string(s.Inbound.Request))
+		assert.Equal(t, okResp, string(s.Inbound.Response))
+		assert.Equal(t, []string{fmt.Sprintf("redis %q → %q", cmd(i), rep(i))}, reqs(s), "session %d", i)
+	}
 }

@@ -86,8 +86,8 @@ const prepareIDEnd = 4 + 12
 // snapshotCalls returns calls as recorded so far, start relative to base,
 // in the order they started and numbered in it. The calls of one
 // connection are read under one hold of its lock: a request often makes
-// several in a row on the connection it holds, and the lock's line is on
-// whichever core used the connection last.
+// several in a row on the connection it holds, and taking the lock of a
+// connection that other requests used since costs a cache miss.
 func snapshotCalls(calls []*call, base int64) []recording.Call {
 	out := make([]recording.Call, len(calls))
 	var taken uint64 // calls[j] (j < 64) read with an earlier one

@@ -235,13 +235,13 @@ func (r *Recorder) StartRequest(c *hook.ConnInfo, head trace.RequestHead) string
 		r.overflow.Add(1)
 		return ""
 	}
-	// one reading of the clock for both: At + a call's StartNs must place
-	// the call on the wall clock even if the goroutine is preempted here
 	ic := inboundOf(c)
-	if ic == nil {
+	if ic == nil { // not an accepted connection
 		r.activeN.Add(-1)
 		return ""
 	}
+	// one reading of the clock for both: At + a call's StartNs must place
+	// the call on the wall clock even if the goroutine is preempted here
 	now := time.Now()
 	a := &active{at: now, start: int64(now.Sub(r.base)), in: ic, local: c.Local, remote: c.Remote}
 	a.framer.NoBody = head.Method == "HEAD"

@@ -17,6 +17,8 @@
 # median per build; a single run's ratio moves by about ±5% on a busy 2-core VM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SCRIPT=bench-record
+. scripts/measure.sh
 
 RUNS=${1:-6}
 BASE=${2:-}
@@ -24,10 +26,7 @@ if ! [[ "$RUNS" =~ ^[1-9][0-9]*$ ]]; then
 	echo "bench-record: RUNS must be a positive number; got $RUNS" >&2
 	exit 2
 fi
-if [ -z "${RETRACE_TEST_REDIS:-}" ] || [ -z "${RETRACE_TEST_MYSQL:-}" ]; then
-	echo "bench-record: set RETRACE_TEST_REDIS and RETRACE_TEST_MYSQL (see docs/recording.md)" >&2
-	exit 2
-fi
+need_test_dbs
 
 work=$(mktemp -d /tmp/retrace-bench-record.XXXXXX)
 cleanup() {

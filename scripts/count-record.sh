@@ -27,22 +27,16 @@
 # in every mode (BenchmarkFanOutRatio's reads/req and writes/req).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SCRIPT=count-record
+. scripts/measure.sh
 
 N=${1:-100}
 if ! [[ "$N" =~ ^[1-9][0-9]*$ ]]; then
 	echo "count-record: N must be a positive number; got $N" >&2
 	exit 2
 fi
-for tool in valgrind callgrind_annotate curl; do
-	command -v "$tool" >/dev/null || {
-		echo "count-record: $tool not found (apt-get install -y valgrind curl)" >&2
-		exit 2
-	}
-done
-if [ -z "${RETRACE_TEST_REDIS:-}" ] || [ -z "${RETRACE_TEST_MYSQL:-}" ]; then
-	echo "count-record: set RETRACE_TEST_REDIS and RETRACE_TEST_MYSQL (see docs/recording.md)" >&2
-	exit 2
-fi
+need_tools "valgrind curl" valgrind callgrind_annotate curl
+need_test_dbs
 
 work=$(mktemp -d /tmp/retrace-count-record.XXXXXX)
 echo_pid=

@@ -30,6 +30,8 @@
 # (docs/recording.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SCRIPT=perf-record
+. scripts/measure.sh
 
 RATE=${1:-1}
 ROUNDS=${2:-3}
@@ -44,16 +46,8 @@ if ! [[ "$RATE" =~ ^(1|0?\.[0-9]+)$ ]]; then
 	echo "perf-record: RATE must be a sampling rate in (0, 1]; got $RATE" >&2
 	exit 2
 fi
-for tool in perf curl; do
-	command -v "$tool" >/dev/null || {
-		echo "perf-record: $tool not found (apt-get install -y linux-perf curl)" >&2
-		exit 2
-	}
-done
-if [ -z "${RETRACE_TEST_REDIS:-}" ] || [ -z "${RETRACE_TEST_MYSQL:-}" ]; then
-	echo "perf-record: set RETRACE_TEST_REDIS and RETRACE_TEST_MYSQL (see docs/recording.md)" >&2
-	exit 2
-fi
+need_tools "linux-perf curl" perf curl
+need_test_dbs
 
 work=$(mktemp -d /tmp/retrace-perf-record.XXXXXX)
 pids=()

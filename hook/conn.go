@@ -485,9 +485,8 @@ func (w *outWriter) record(tid string, p []byte) {
 		return
 	}
 	if http := !w.st.wr.p.PassThrough(); http || tid != "" {
-		// stored only when it changes: the flag shares its cache line
-		// with the state every Read and Write on the connection reads
-		// first, on whatever core the other side of the connection runs
+		// stored only when it changes: a store dirties the cache line
+		// that every Read and Write on the connection reads first
 		if quiet := http && tid == ""; w.st.quietHTTP.Load() != quiet {
 			w.st.quietHTTP.Store(quiet)
 		}

@@ -90,14 +90,7 @@ func testReadFrames(t *testing.T, traced bool) {
 	install(t, hook.Config{Mode: hook.Record, Recorder: rec})
 
 	release := make(chan struct{})
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	served := serveOne(ln, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		for i := 0; i < 20; i++ { // answer 20 lines, then hold the 21st
 			if _, err := br.ReadString('\n'); err != nil {
@@ -109,7 +102,7 @@ func testReadFrames(t *testing.T, traced bool) {
 		}
 		<-release
 		_, _ = c.Write([]byte("bye\n"))
-	}()
+	})
 
 	c, err := net.Dial("tcp", ln.Addr().String())
 	require.NoError(t, err)

@@ -88,6 +88,22 @@ func startByteServerStop(t *testing.T, readSize int) (string, func()) {
 	return ln.Addr().String(), stop
 }
 
+// serveOne accepts one connection on ln, runs serve on it and closes it.
+// The channel it returns is closed once that is done, or Accept failed.
+func serveOne(ln net.Listener, serve func(c net.Conn)) <-chan struct{} {
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		serve(c)
+	}()
+	return served
+}
+
 func serveBytes(c net.Conn, readSize int) {
 	var data []byte
 	buf := make([]byte, readSize)

@@ -337,17 +337,10 @@ func TestPipelineBound(t *testing.T) {
 	defer ln.Close()
 	addr := ln.Addr().String()
 	written := make(chan struct{})
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	served := serveOne(ln, func(c net.Conn) {
 		<-written
 		serveBytes(c, 64<<10)
-	}()
+	})
 	logs := &logBuffer{}
 	install(t, hook.Config{Mode: hook.Replay, MockAddr: "127.0.0.1:9", Passthrough: []string{addr}, Logger: logs.logger()})
 	boundBefore := trace.Bound()

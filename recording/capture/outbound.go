@@ -153,13 +153,10 @@ func newOutConn(c *hook.ConnInfo) *outConn {
 // sessionFor returns the session of tid in progress for a call on the
 // connection, or nil (called with oc.mu held).
 func (r *Recorder) sessionFor(oc *outConn, tid string) *active {
-	if tid == "" {
-		return nil
-	}
 	if a := oc.sess; a != nil && a.id == tid && !a.ended.Load() {
 		return a
 	}
-	a := r.sessions.get(tid)
+	a := r.session(tid)
 	oc.sess = a
 	return a
 }

@@ -187,10 +187,12 @@ type active struct {
 	// The first 64 bytes (a 320-byte object starts on a cache line) hold
 	// what every report to the session reads: its id and state, and the
 	// lock and list a call attaches to.
-	id    string
-	ended atomic.Bool // set with done, for lookups that keep a session found earlier (outConn.sess, inbound.newest) without its lock
-	mu    sync.Mutex  // guards what follows, up to next
-	done  bool
+	id string
+	// ended is set, under mu, when the session is submitted or dropped;
+	// lookups that keep a session found earlier (outConn.sess,
+	// inbound.newest) read it without the lock.
+	ended atomic.Bool
+	mu    sync.Mutex // guards what follows, up to next
 	calls []*call
 
 	arena  arena // the bytes of req and resp
@@ -325,7 +327,7 @@ func (r *Recorder) InboundRead(c *hook.ConnInfo, tid string, p []byte) {
 		return
 	}
 	a.mu.Lock()
-	if !a.done {
+	if !a.ended.Load() {
 		a.req.add(p, r.max, &a.arena)
 	}
 	a.mu.Unlock()
@@ -340,7 +342,7 @@ func (r *Recorder) InboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	}
 	a.mu.Lock()
 	complete := false
-	if !a.done {
+	if !a.ended.Load() {
 		a.resp.add(p, r.max, &a.arena)
 		complete = a.framer.Feed(p)
 	}
@@ -371,9 +373,7 @@ func (r *Recorder) Closed(c *hook.ConnInfo) {
 // drop ends a session without recording it; false if it had ended.
 func (r *Recorder) drop(a *active) bool {
 	a.mu.Lock()
-	was := a.done
-	a.done = true
-	a.ended.Store(true)
+	was := a.ended.Swap(true)
 	a.calls = nil
 	a.mu.Unlock()
 	if was {
@@ -406,12 +406,10 @@ func (r *Recorder) forgetActive(a *active) {
 func (r *Recorder) finish(a *active) {
 	end := r.now()
 	a.mu.Lock()
-	if a.done {
+	if a.ended.Swap(true) {
 		a.mu.Unlock()
 		return
 	}
-	a.done = true
-	a.ended.Store(true)
 	calls := a.calls
 	a.calls = nil
 	s := &recording.Session{
@@ -431,7 +429,7 @@ func (r *Recorder) finish(a *active) {
 func (a *active) attach(pending []*call, c *call) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.done {
+	if a.ended.Load() {
 		return false
 	}
 	if a.calls == nil {

@@ -205,40 +205,57 @@ func appendString(b []byte, s string) []byte {
 // bytes (or the string's last ones) through textEscapes, whose entry for a
 // byte is what the string holds for it, written as one word whatever its
 // length: no branch per byte. Only characters from 0x80 go one at a time.
-// b[:j] is the output so far and b is kept at its full capacity, with
-// len(b)-j >= len(s)-i+8 throughout: room for the rest of s as plain bytes
-// and for the word written past them. Before bytes go through the table
-// there is room for 40 more (eight bytes of up to six each), and before a
-// character from 0x80 for 8 more (it writes at most 6 bytes for 1 to 4
-// read).
+//
+// Words are read and written through in and out, unchecked: the loop runs
+// once per eight bytes, and the bounds checks of slicing s and b were a
+// third of its instructions. b[:j] is the output so far and b is kept at
+// its full capacity, with len(b)-j >= n-i+8 throughout: room for the rest
+// of s as plain bytes and for the word written past them. Before bytes go
+// through the table there is room for 40 more (eight bytes of up to six
+// each), and before a character from 0x80 for 8 more (it writes at most 6
+// bytes for 1 to 4 read).
 func appendText(b, s []byte) []byte {
 	b = append(b, '"')
 	j := len(b)
 	b = slices.Grow(b, len(s)+8)
 	b = b[:cap(b)]
-	for i := 0; i < len(s); {
-		if len(s)-i >= 8 {
-			w := binary.LittleEndian.Uint64(s[i : i+8])
-			binary.LittleEndian.PutUint64(b[j:j+8], w)
+	n := len(s)
+	in, out := unsafe.Pointer(unsafe.SliceData(s)), unsafe.Pointer(unsafe.SliceData(b))
+	for i := 0; i < n; {
+		for n-i >= 8 {
+			w := load8(in, i)
+			store8(out, j, w)
 			m := special(w)
-			if m == 0 {
-				i += 8
-				j += 8
-				continue
+			if m != 0 {
+				k := bits.TrailingZeros64(m) >> 3
+				i += k
+				j += k
+				break
 			}
-			k := bits.TrailingZeros64(m) >> 3
-			i += k
-			j += k
+			i += 8
+			j += 8
 		}
-		if len(b)-j < len(s)-i+48 {
-			b = slices.Grow(b[:j], len(s)-i+48)
+		if i == n {
+			break
+		}
+		if r := n - i; r < 8 && n >= 8 {
+			// the last r bytes, from the word that ends with them: written
+			// in one piece when none needs more
+			w, sh := load8(in, n-8), uint(64-8*r)
+			if special(w)>>sh == 0 {
+				store8(out, j, w>>sh)
+				j += r
+				break
+			}
+		}
+		if len(b)-j < n-i+48 {
+			b = slices.Grow(b[:j], n-i+48)
 			b = b[:cap(b)]
+			out = unsafe.Pointer(unsafe.SliceData(b))
 		}
-		if len(s)-i >= 8 {
-			if w := binary.LittleEndian.Uint64(s[i : i+8]); w&0x8080808080808080 == 0 {
-				// eight bytes below 0x80: no branch per byte, and no
-				// bounds check (the room was made above)
-				out := unsafe.Pointer(unsafe.SliceData(b))
+		if n-i >= 8 {
+			if w := load8(in, i); w&0x8080808080808080 == 0 {
+				// eight bytes below 0x80: no branch per byte
 				j = putText(out, j, byte(w))
 				j = putText(out, j, byte(w>>8))
 				j = putText(out, j, byte(w>>16))
@@ -250,31 +267,31 @@ func appendText(b, s []byte) []byte {
 				i += 8
 				continue
 			}
-		} else if n := len(s) - i; len(s) >= 8 {
-			// the last n bytes, from a word that ends with them
-			if w := binary.LittleEndian.Uint64(s[len(s)-8:]) >> (64 - 8*n); w&0x8080808080808080 == 0 {
-				out := unsafe.Pointer(unsafe.SliceData(b))
-				for range n {
+		} else if r := n - i; n >= 8 {
+			// the last r bytes, from a word that ends with them
+			if w := load8(in, n-8) >> (64 - 8*r); w&0x8080808080808080 == 0 {
+				for range r {
 					j = putText(out, j, byte(w))
 					w >>= 8
 				}
 				break
 			}
 		}
-		for n := min(i+8, len(s)); i < n; i++ {
-			e := textEscapes[s[i]]
-			if e == 0 {
+		for e := min(i+8, n); i < e; i++ {
+			x := textEscapes[*(*byte)(unsafe.Add(in, i))]
+			if x == 0 {
 				break
 			}
-			binary.LittleEndian.PutUint64(b[j:j+8], e)
-			j += int(e >> 56)
+			store8(out, j, x)
+			j += int(x >> 56)
 		}
-		if i == len(s) || s[i] < utf8.RuneSelf {
+		if i == n || s[i] < utf8.RuneSelf {
 			continue
 		}
-		if len(b)-j < len(s)-i+16 {
-			b = slices.Grow(b[:j], len(s)-i+16)
+		if len(b)-j < n-i+16 {
+			b = slices.Grow(b[:j], n-i+16)
 			b = b[:cap(b)]
+			out = unsafe.Pointer(unsafe.SliceData(b))
 		}
 		r, size := utf8.DecodeRune(s[i:])
 		switch {
@@ -292,11 +309,21 @@ func appendText(b, s []byte) []byte {
 	return append(b[:j], '"')
 }
 
+// load8 reads the eight bytes at p+i as a little-endian word; store8
+// writes w there. The caller has checked that they are in bounds.
+func load8(p unsafe.Pointer, i int) uint64 {
+	return binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(p, i))[:])
+}
+
+func store8(p unsafe.Pointer, i int, w uint64) {
+	binary.LittleEndian.PutUint64((*[8]byte)(unsafe.Add(p, i))[:], w)
+}
+
 // putText writes what a JSON string holds for c, below 0x80, at out+j
 // and returns where it ends. There must be room for 8 bytes at out+j.
 func putText(out unsafe.Pointer, j int, c byte) int {
 	e := textEscapes[c]
-	binary.LittleEndian.PutUint64(unsafe.Slice((*byte)(unsafe.Add(out, j)), 8), e)
+	store8(out, j, e)
 	return j + int(e>>56)
 }
 

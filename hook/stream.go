@@ -39,6 +39,9 @@ type stream struct {
 // writes set, for those it writes.
 func newStream(writes bool) *stream {
 	s := &stream{writes: writes}
+	// the heads of written requests only name their in-band trace; those
+	// read go to Recorder.StartRequest whole
+	s.p.NoPath = writes
 	s.cb = s.onRequest
 	return s
 }

@@ -124,11 +124,12 @@ var curlRequest = []byte("GET /orders?id=p1-1-12345 HTTP/1.1\r\nHost: 127.0.0.1:
 
 func BenchmarkFeed(b *testing.B) {
 	for _, bc := range []struct {
-		name string
-		req  []byte
-	}{{"replayer", typicalRequest}, {"curl", curlRequest}} {
+		name   string
+		req    []byte
+		noPath bool // as the agent parses
+	}{{"replayer", typicalRequest, false}, {"curl", curlRequest, false}, {"curl-nopath", curlRequest, true}} {
 		b.Run(bc.name, func(b *testing.B) {
-			var p InboundParser
+			p := InboundParser{NoPath: bc.noPath}
 			out := make([]byte, 0, 1024)
 			var n int
 			on := func(h RequestHead, _ int) { n += len(h.Method) }

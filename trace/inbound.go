@@ -76,6 +76,10 @@ type RequestHead struct {
 // concurrent use. Its memory does not grow: besides a fixed-size struct it
 // keeps one buffer of at most MaxPathLen bytes.
 type InboundParser struct {
+	// NoPath leaves RequestHead.Path empty: a caller that does not use it
+	// saves its copy (an allocation per request).
+	NoPath bool
+
 	state pstate
 	held  [MaxHeld]byte // start of a header line that may be Retrace-*
 	nheld int
@@ -526,6 +530,19 @@ func (p *InboundParser) lineStart(c byte, i int, f *feed) int {
 	}
 	if p.nheld == 0 {
 		if next, ok := p.wholeLine(i, f); ok {
+			// and the lines after it while they are whole header lines,
+			// without a turn of Feed's loop each
+			for p.state == sLineStart && next < len(f.in) {
+				switch f.in[next] {
+				case '\r', '\n', ' ', '\t':
+					return next
+				}
+				n, ok := p.wholeLine(next, f)
+				if !ok {
+					break
+				}
+				next = n
+			}
 			return next
 		}
 	}
@@ -655,7 +672,9 @@ func (p *InboundParser) finishHead(f *feed) {
 		h.TraceID = ""
 	}
 	h.Method = methodString(p.method[:p.nmethod])
-	h.Path = string(p.path)
+	if !p.NoPath {
+		h.Path = string(p.path)
+	}
 	switch {
 	case p.teOther:
 		p.state = sPass

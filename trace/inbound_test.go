@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // event is what a test records of one onRequest call.
@@ -361,4 +364,29 @@ func TestTargetEndMatchesBytes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// NoPath changes nothing but RequestHead.Path, which it leaves empty; the
+// target still counts for LikelyHTTP.
+func TestInboundParserNoPath(t *testing.T) {
+	stream := []byte(reqA + reqB + "GET /x?y=1 HTTP/1.1\r\nRetrace-Trace-Id: ab\r\nHost: h\r\n\r\n")
+	run := func(noPath bool) ([]byte, []RequestHead) {
+		p := InboundParser{NoPath: noPath}
+		var heads []RequestHead
+		out := p.Feed(nil, stream, func(h RequestHead, _ int) { heads = append(heads, h) })
+		return out, heads
+	}
+	want, wantHeads := run(false)
+	got, gotHeads := run(true)
+	assert.Equal(t, string(want), string(got))
+	require.Len(t, gotHeads, len(wantHeads))
+	for i := range wantHeads {
+		assert.NotEmpty(t, wantHeads[i].Path)
+		assert.Empty(t, gotHeads[i].Path)
+		wantHeads[i].Path = ""
+		assert.Equal(t, wantHeads[i], gotHeads[i])
+	}
+	p := InboundParser{NoPath: true}
+	p.Feed(nil, []byte("HELLO world"), nil)
+	assert.False(t, p.LikelyHTTP(), "a target not like one")
 }

@@ -25,7 +25,11 @@ func connRead(c *netConn, b []byte) (int, error) {
 			if st.redirect && !st.preamble.Load() {
 				return e.outboundRead(st, c, b)
 			}
-			record = e.cfg.Mode == Record
+			// On a connection that carries no HTTP the answer is decided
+			// now, while st is in the cache (the read may wait long), and
+			// cannot change: passed stays set, untraced only grows to its
+			// limit and the goroutine keeps its trace.
+			record = e.cfg.Mode == Record && !(st.passed.Load() && st.skipRead())
 		}
 	}
 	// Reads on dialled connections call the netFD from here, as
@@ -38,9 +42,9 @@ func connRead(c *netConn, b []byte) (int, error) {
 	if err != nil {
 		err = l.readError(c.fd, err)
 	}
-	// skipRead is asked once the bytes are in: on HTTP it depends on the
-	// request last written, and a read may wait for its answer from before
-	// it was written.
+	// Otherwise skipRead is asked once the bytes are in: on HTTP it
+	// depends on the request last written, and a read may wait for its
+	// answer from before it was written.
 	if record && n > 0 && !st.skipRead() {
 		e.recordOutboundRead(st, b[:n])
 	}

@@ -196,8 +196,14 @@ func (f *Response) endHead(head []byte) {
 	}
 	cl, chunked := int64(-1), false
 	for len(rest) > 0 {
-		var line []byte
-		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		line := rest
+		rest = nil
+		if i := bytes.IndexByte(line, '\n'); i >= 0 {
+			line, rest = line[:i], line[i+1:]
+		}
+		if !mayFrame(line) {
+			continue
+		}
 		name, value, ok := bytes.Cut(line, []byte(":"))
 		if !ok {
 			continue
@@ -223,6 +229,22 @@ func (f *Response) endHead(head []byte) {
 	default:
 		f.state = stUntilClose
 	}
+}
+
+// mayFrame reports whether line may name Content-Length or
+// Transfer-Encoding, as endHead reads it: past the ASCII white space that
+// bytes.TrimSpace removes, it starts with C or T in either case, or with a
+// byte from 0x80 (TrimSpace removes Unicode white space too; endHead then
+// decides). Most lines of a head are settled by this look at one byte.
+func mayFrame(line []byte) bool {
+	for _, c := range line {
+		switch c {
+		case ' ', '\t', '\n', '\v', '\f', '\r':
+			continue
+		}
+		return c|0x20 == 'c' || c|0x20 == 't' || c >= 0x80
+	}
+	return false
 }
 
 // atoi parses a non-negative decimal number of at most 18 digits.

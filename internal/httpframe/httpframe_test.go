@@ -1,6 +1,7 @@
 package httpframe
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -96,6 +97,23 @@ func FuzzResponse(f *testing.F) {
 			}
 		} else if n != len(b) {
 			t.Fatalf("not done, yet took %d of %d bytes", n, len(b))
+		}
+	})
+}
+
+// FuzzMayFrame: every line whose name endHead reads as Content-Length or
+// Transfer-Encoding passes mayFrame's look at its first byte.
+func FuzzMayFrame(f *testing.F) {
+	for _, s := range []string{"Content-Length: 5", " \tcontent-length : 5", "TRANSFER-ENCODING:chunked",
+		"\u00a0Content-Length: 5", "\u0085transfer-encoding: chunked", "\v\fContent-Length:1", "Date: x", ""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		name, _, ok := bytes.Cut(line, []byte(":"))
+		name = bytes.TrimSpace(name)
+		if ok && (bytes.EqualFold(name, []byte("content-length")) || bytes.EqualFold(name, []byte("transfer-encoding"))) &&
+			!mayFrame(line) {
+			t.Fatalf("mayFrame(%q) = false", line)
 		}
 	})
 }

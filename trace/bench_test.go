@@ -126,7 +126,7 @@ func BenchmarkFeed(b *testing.B) {
 	for _, bc := range []struct {
 		name   string
 		req    []byte
-		noPath bool // as the agent parses
+		noPath bool // as the agent parses the requests it writes
 	}{{"replayer", typicalRequest, false}, {"curl", curlRequest, false}, {"curl-nopath", curlRequest, true}} {
 		b.Run(bc.name, func(b *testing.B) {
 			p := InboundParser{NoPath: bc.noPath}

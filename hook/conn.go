@@ -16,7 +16,9 @@ func connRead(c *netConn, b []byte) (int, error) {
 	}
 	var e *engine
 	var st *connState
-	record := false
+	// record: report the read (record mode); ask: ask skipRead once the
+	// bytes are in
+	record, ask := false, false
 	if e = active.Load(); e != nil {
 		if st = e.state(c.fd); st != nil && !st.broken.Load() {
 			if st.inbound {
@@ -25,11 +27,20 @@ func connRead(c *netConn, b []byte) (int, error) {
 			if st.redirect && !st.preamble.Load() {
 				return e.outboundRead(st, c, b)
 			}
-			// On a connection that carries no HTTP the answer is decided
-			// now, while st is in the cache (the read may wait long), and
-			// cannot change: passed stays set, untraced only grows to its
-			// limit and the goroutine keeps its trace.
-			record = e.cfg.Mode == Record && !(st.passed.Load() && st.skipRead())
+			if e.cfg.Mode == Record {
+				// On a connection that carries no HTTP skipRead answers
+				// now, while st is in the cache (the read may wait long),
+				// and its answer cannot change: passed stays set, untraced
+				// only grows to its limit and the goroutine keeps its
+				// trace. On HTTP it is asked once the bytes are in: the
+				// answer depends on the request last written, and a read
+				// may wait for its answer from before it was written.
+				if st.passed.Load() {
+					record = !st.skipRead()
+				} else {
+					record, ask = true, true
+				}
+			}
 		}
 	}
 	// Reads on dialled connections call the netFD from here, as
@@ -42,10 +53,7 @@ func connRead(c *netConn, b []byte) (int, error) {
 	if err != nil {
 		err = l.readError(c.fd, err)
 	}
-	// Otherwise skipRead is asked once the bytes are in: on HTTP it
-	// depends on the request last written, and a read may wait for its
-	// answer from before it was written.
-	if record && n > 0 && !st.skipRead() {
+	if record && n > 0 && !(ask && st.skipRead()) {
 		e.recordOutboundRead(st, b[:n])
 	}
 	return n, err

@@ -238,22 +238,29 @@ func appendText(b, s []byte) []byte {
 		if i == n {
 			break
 		}
+		if len(b)-j < n-i+48 {
+			b = slices.Grow(b[:j], n-i+48)
+			b = b[:cap(b)]
+			out = unsafe.Pointer(unsafe.SliceData(b))
+		}
 		if r := n - i; r < 8 && n >= 8 {
 			// the last r bytes, from the word that ends with them: written
-			// in one piece when none needs more
+			// in one piece when none needs more, else through the table
+			// when all are below 0x80
 			w, sh := load8(in, n-8), uint(64-8*r)
 			if special(w)>>sh == 0 {
 				store8(out, j, w>>sh)
 				j += r
 				break
 			}
-		}
-		if len(b)-j < n-i+48 {
-			b = slices.Grow(b[:j], n-i+48)
-			b = b[:cap(b)]
-			out = unsafe.Pointer(unsafe.SliceData(b))
-		}
-		if n-i >= 8 {
+			if w >>= sh; w&0x8080808080808080 == 0 {
+				for range r {
+					j = putText(out, j, byte(w))
+					w >>= 8
+				}
+				break
+			}
+		} else if n-i >= 8 {
 			if w := load8(in, i); w&0x8080808080808080 == 0 {
 				// eight bytes below 0x80: no branch per byte
 				j = putText(out, j, byte(w))
@@ -266,15 +273,6 @@ func appendText(b, s []byte) []byte {
 				j = putText(out, j, byte(w>>56))
 				i += 8
 				continue
-			}
-		} else if r := n - i; n >= 8 {
-			// the last r bytes, from a word that ends with them
-			if w := load8(in, n-8) >> (64 - 8*r); w&0x8080808080808080 == 0 {
-				for range r {
-					j = putText(out, j, byte(w))
-					w >>= 8
-				}
-				break
 			}
 		}
 		for e := min(i+8, n); i < e; i++ {

@@ -147,7 +147,7 @@ func (c *call) snapshotLocked(base int64) recording.Call {
 }
 
 // outConnOf returns the state of a dialled connection, made on first use;
-// nil only if c holds another kind of state (not a dialled connection).
+// nil for an accepted one.
 func outConnOf(c *hook.ConnInfo) *outConn {
 	if oc, ok := c.Data.Load().(*outConn); ok {
 		return oc
@@ -162,6 +162,9 @@ func outConnOf(c *hook.ConnInfo) *outConn {
 //
 //go:noinline
 func newOutConn(c *hook.ConnInfo) *outConn {
+	if c.Inbound {
+		return nil // its Data is an *inbound
+	}
 	oc := &outConn{id: c.ID, dst: c.Remote}
 	if !c.Data.CompareAndSwap(nil, oc) {
 		oc, _ = c.Data.Load().(*outConn) // another goroutine made it first
@@ -318,7 +321,7 @@ func (r *Recorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 		cur = oc.newCall()
 		cur.tid, cur.setup, cur.start = trace.CurrentID(), true, now
 		oc.cur = cur
-		place(oc, cur, r.session(cur.tid))
+		place(oc, cur, r.sessionFor(oc, cur.tid))
 		p, oc.early = oc.early, nil // the greeting's bytes read so far
 	case cur == nil:
 		return

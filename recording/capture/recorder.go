@@ -152,10 +152,14 @@ type inbound struct {
 	newest atomic.Pointer[active]
 }
 
-// inboundOf returns the state of an accepted connection, made on first use.
+// inboundOf returns the state of an accepted connection, made on first
+// use; nil for a dialled one.
 func inboundOf(c *hook.ConnInfo) *inbound {
 	if ic, ok := c.Data.Load().(*inbound); ok {
 		return ic
+	}
+	if !c.Inbound {
+		return nil // a dialled connection: its Data is an *outConn
 	}
 	ic := &inbound{}
 	if !c.Data.CompareAndSwap(nil, ic) {

@@ -676,3 +676,18 @@ func TestTraceIDReusedAfterItsSessionEnded(t *testing.T) {
 		assert.Equal(t, []string{fmt.Sprintf("redis %q → %q", cmd(i), rep(i))}, reqs(s), "session %d", i)
 	}
 }
+
+// A ConnInfo holds the state of one kind of connection: reports of the
+// other kind on it are ignored, not a panic of its Data.
+func TestConnInfoOfTheOtherKind(t *testing.T) {
+	r, _ := newTestRecorder(t, 1, -1)
+	r.OutboundWrite(rdConn, "", []byte("*1\r\n$4\r\nPING\r\n"))
+	assert.Empty(t, r.StartRequest(rdConn, trace.RequestHead{Method: "GET"}), "a dialled connection")
+	tid := r.StartRequest(inConn, trace.RequestHead{Method: "GET"})
+	require.NotEmpty(t, tid)
+	assert.NotPanics(t, func() {
+		r.OutboundWrite(inConn, tid, []byte("*1\r\n$4\r\nPING\r\n"))
+		r.OutboundRead(inConn, []byte("+PONG\r\n"))
+	}, "an accepted connection")
+	r.InboundWrite(inConn, tid, []byte(okResp))
+}

@@ -20,7 +20,10 @@ func connRead(c *netConn, b []byte) (int, error) {
 	// bytes are in
 	record, ask := false, false
 	if e = active.Load(); e != nil {
-		if st = e.state(c.fd); st != nil && !st.broken.Load() {
+		ent, w := e.conns.entry(c.fd)
+		if w&quietBit != 0 && trace.CurrentID() == "" {
+			// a quiet connection, and no trace: nothing to report
+		} else if st = e.state(c.fd, ent); st != nil && !st.broken.Load() {
 			if st.inbound {
 				return e.inboundRead(st, c, b)
 			}
@@ -65,12 +68,16 @@ func connWrite(c *netConn, b []byte) (int, error) {
 	}
 	e := active.Load()
 	if e != nil {
-		if st := e.state(c.fd); st != nil {
-			if st.inbound {
-				return e.inboundWrite(st, c, b)
-			}
-			if !e.plainOutboundWrite(st, b) {
-				return e.outboundWriteSplit(st, c, b)
+		// on a quiet connection (see connTable.markQuiet) an untraced
+		// write goes out as it is, unreported
+		if ent, w := e.conns.entry(c.fd); w&quietBit == 0 || trace.CurrentID() != "" {
+			if st := e.state(c.fd, ent); st != nil {
+				if st.inbound {
+					return e.inboundWrite(st, c, b)
+				}
+				if !e.plainOutboundWrite(st, b) {
+					return e.outboundWriteSplit(st, c, b)
+				}
 			}
 		}
 	}
@@ -330,7 +337,7 @@ func (e *engine) plainOutboundWrite(st *connState, b []byte) bool {
 	}
 	if len(b) > 0 && e.cfg.Mode == Record && !broken {
 		tid := trace.CurrentID()
-		if tid != "" || st.setupWrite() {
+		if tid != "" || st.setupWrite(&e.conns) {
 			e.recordOutboundWrite(st, tid, b)
 		}
 	}

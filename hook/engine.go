@@ -26,6 +26,11 @@ var active atomic.Pointer[engine]
 // goroutine may still run a double of an earlier Install.
 var netLayoutP atomic.Pointer[netLayout]
 
+// denseIndex lets engines keep connection indexes in netFD padding (see
+// connTable); tests turn it off to run the hooks as on a Go release whose
+// netFD has no padding.
+var denseIndex = true
+
 // engine is one Install: its configuration and its connections.
 type engine struct {
 	cfg   *resolvedConfig
@@ -45,6 +50,9 @@ func newEngine(cfg *resolvedConfig, l *netLayout) *engine {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	}
 	e := &engine{cfg: cfg, l: l, log: log}
+	if denseIndex {
+		e.conns.tag = l.tag
+	}
 	e.connects.m = map[int]string{}
 	return e
 }
@@ -116,6 +124,7 @@ type connState struct {
 	gone atomic.Bool
 
 	gen  uint64
+	idx  uint32 // index of its entry in connTable.dense; 0 for none
 	info ConnInfo
 	dst  string
 
@@ -154,10 +163,17 @@ const setupUntraced = 16
 // limit, with the first write not reported (see skipRead). Writers of one
 // connection take turns, so a plain load and add is enough (a race only
 // miscounts by one); past that it is a load.
-func (st *connState) setupWrite() bool {
+//
+// The write that takes the count past the limit marks the connection quiet
+// in t (see connTable.markQuiet): from then on skipRead says yes to every
+// untraced read, and this says no to every untraced write.
+func (st *connState) setupWrite(t *connTable) bool {
 	n := st.untraced.Load()
 	if n <= setupUntraced {
 		st.untraced.Store(n + 1)
+		if n == setupUntraced {
+			t.markQuiet(st)
+		}
 	}
 	return n < setupUntraced
 }
@@ -187,15 +203,25 @@ func (st *connState) tid() string {
 // connTable maps netFD addresses to connection state. Keys are addresses,
 // not pointers, so the table never keeps a netFD alive; an entry is removed
 // on Close, or by a runtime cleanup when the netFD is collected unclosed
-// (checked by generation, since the address may be reused by then). Every
-// hooked Read and Write looks its connection up: a cowmap, whose lookups
-// take no lock, behind recent, which holds the state last found in each of
-// its slots (by address): one cache line to read on a hit, where the map
-// takes three or four.
+// (checked by generation, since the address may be reused by then).
+//
+// Every hooked Read and Write looks its connection up. Each connection has
+// an entry in dense, a table of consecutive small indexes, and its netFD
+// keeps the index in four bytes of its alignment padding (netLayout.tag):
+// the netFD's first cache line, which the Read or Write is about to use
+// anyway, leads to the entry, and the entries of the connections in use
+// share a few cache lines. An entry also says whether the connection is
+// quiet (see markQuiet), which settles most of a service's downstream
+// Reads and Writes without the connection's state. Where the netFD has no
+// padding (another Go release) or dense is full, a cowmap, whose lookups
+// take no lock, stands behind recent, which holds the state last found in
+// each of its slots (by address).
 type connTable struct {
+	tag    uintptr // netLayout.tag; 0: netFDs carry no index
+	dense  denseTable
 	recent [recentSlots]atomic.Pointer[connState]
 	m      cowmap.Map[uintptr, *connState]
-	create sync.Mutex // serialises creation, so a pending connect is taken once
+	create sync.Mutex // serialises creation (a pending connect is taken once) and dense's free list
 	count  atomic.Int64
 }
 
@@ -206,7 +232,43 @@ func (t *connTable) slot(key uintptr) *atomic.Pointer[connState] {
 	return &t.recent[(uint64(key)*0x9E3779B97F4A7C15)>>(64-recentBits)]
 }
 
-func (t *connTable) get(key uintptr) *connState {
+// entry returns the dense entry of the connection whose netFD is fd and
+// the entry's word (fd's address, with quietBit when it is quiet); nil and
+// 0 when fd has none in this table.
+func (t *connTable) entry(fd unsafe.Pointer) (*denseEntry, uintptr) {
+	if t.tag == 0 {
+		return nil, 0
+	}
+	ent := t.dense.at(t.index(fd))
+	if ent == nil {
+		return nil, 0
+	}
+	// An entry holds fd's address only while it holds fd's state: the
+	// index in a netFD may be stale (an earlier engine's, or freed on
+	// Close), and its entry then holds another address or none.
+	if w := ent.word.Load(); w&^quietBit == uintptr(fd) {
+		return ent, w
+	}
+	return nil, 0
+}
+
+// index is the dense index kept in fd (0 for none). Only with tag set.
+func (t *connTable) index(fd unsafe.Pointer) uint32 {
+	return atomic.LoadUint32((*uint32)(unsafe.Add(fd, t.tag)))
+}
+
+// get returns the state of fd's connection, or nil. ent is fd's dense
+// entry, as entry found it.
+func (t *connTable) get(fd unsafe.Pointer, ent *denseEntry) *connState {
+	key := uintptr(fd)
+	if ent != nil {
+		// the entry may have been freed and given to another connection
+		// since its word was read
+		if st := ent.st.Load(); st != nil && st.key == key && !st.gone.Load() {
+			return st
+		}
+		return nil
+	}
 	slot := t.slot(key)
 	// A state found in a slot is the key's while it is not gone: its netFD
 	// has not been closed or collected, so no other netFD has its address.
@@ -214,13 +276,24 @@ func (t *connTable) get(key uintptr) *connState {
 		return st
 	}
 	st, _ := t.m.Get(key)
-	if st != nil {
+	if st != nil && st.idx == 0 {
 		slot.Store(st)
 	}
 	return st
 }
 
-func (t *connTable) put(st *connState) {
+// put adds st, whose netFD is fd, giving it a dense entry when it can.
+// Called with create held.
+func (t *connTable) put(st *connState, fd unsafe.Pointer) {
+	if t.tag != 0 {
+		// (st.idx set before the map publishes st: remove reads it)
+		if st.idx = t.dense.alloc(); st.idx != 0 {
+			ent := t.dense.at(st.idx)
+			ent.st.Store(st)
+			ent.word.Store(st.key)
+			atomic.StoreUint32((*uint32)(unsafe.Add(fd, t.tag)), st.idx)
+		}
+	}
 	t.m.Update(st.key, func(m map[uintptr]*connState) { m[st.key] = st })
 	t.count.Add(1)
 }
@@ -237,7 +310,25 @@ func (t *connTable) remove(key uintptr, gen uint64, anyGen bool) *connState {
 	// st back, and finds it gone
 	st.gone.Store(true)
 	t.slot(key).CompareAndSwap(st, nil)
+	if st.idx != 0 {
+		ent := t.dense.at(st.idx)
+		ent.word.Store(0)
+		ent.st.Store(nil)
+		t.create.Lock()
+		t.dense.release(st.idx)
+		t.create.Unlock()
+	}
 	return st
+}
+
+// markQuiet marks st's connection quiet: an outbound connection that
+// carries no HTTP, is not redirected, and whose untraced writes are past
+// set-up (see setupWrite). Record mode reports none of its untraced Reads
+// and Writes, so the hooks settle those from the dense entry alone.
+func (t *connTable) markQuiet(st *connState) {
+	if st.idx != 0 {
+		t.dense.at(st.idx).word.CompareAndSwap(st.key, st.key|quietBit)
+	}
 }
 
 // drain removes every entry.
@@ -249,9 +340,76 @@ func (t *connTable) drain() []*connState {
 	for i := range t.recent {
 		t.recent[i].Store(nil)
 	}
+	t.create.Lock()
+	for _, st := range all {
+		if st.idx != 0 {
+			ent := t.dense.at(st.idx)
+			ent.word.Store(0)
+			ent.st.Store(nil)
+			t.dense.release(st.idx)
+		}
+	}
+	t.create.Unlock()
 	t.count.Add(-int64(len(all)))
 	return all
 }
+
+// quietBit marks a quiet connection in its dense entry's word (netFD
+// addresses are word-aligned).
+const quietBit = 1
+
+// denseEntry is a connection's entry in connTable.dense.
+type denseEntry struct {
+	word atomic.Uintptr // the netFD's address | quietBit when quiet; 0 when free
+	st   atomic.Pointer[connState]
+}
+
+// denseTable hands out small indexes, from 1, released ones first, and
+// holds an entry for each, in chunks that never move.
+type denseTable struct {
+	chunks [denseChunks]atomic.Pointer[[denseChunk]denseEntry]
+	free   []uint32 // released indexes (under connTable.create)
+	next   uint32   // the lowest index never handed out, less one
+}
+
+const (
+	denseChunk  = 512
+	denseChunks = 2048 // up to about a million connections at once
+)
+
+// at returns the entry of index i, or nil for 0 and indexes never handed
+// out.
+func (d *denseTable) at(i uint32) *denseEntry {
+	i-- // 0 wraps around and fails the bound
+	if i >= denseChunk*denseChunks {
+		return nil
+	}
+	c := d.chunks[i/denseChunk].Load()
+	if c == nil {
+		return nil
+	}
+	return &c[i%denseChunk]
+}
+
+// alloc returns a free index, 0 when all are taken. Under connTable.create.
+func (d *denseTable) alloc() uint32 {
+	if n := len(d.free); n > 0 {
+		i := d.free[n-1]
+		d.free = d.free[:n-1]
+		return i
+	}
+	if d.next >= denseChunk*denseChunks {
+		return 0
+	}
+	if d.next%denseChunk == 0 {
+		d.chunks[d.next/denseChunk].Store(new([denseChunk]denseEntry))
+	}
+	d.next++
+	return d.next
+}
+
+// release frees index i. Under connTable.create.
+func (d *denseTable) release(i uint32) { d.free = append(d.free, i) }
 
 // pendingConnects remembers, per socket descriptor, the original
 // destination of a connect that replay mode redirected, until the
@@ -288,9 +446,10 @@ type cleanupKey struct {
 }
 
 // state returns the state of the connection whose netFD is fd, creating it
-// on first sight; nil for sockets the agent leaves alone.
-func (e *engine) state(fd unsafe.Pointer) (st *connState) {
-	if st = e.conns.get(uintptr(fd)); st != nil {
+// on first sight; nil for sockets the agent leaves alone. ent is fd's dense
+// entry, as connTable.entry found it.
+func (e *engine) state(fd unsafe.Pointer, ent *denseEntry) (st *connState) {
+	if st = e.conns.get(fd, ent); st != nil {
 		return st
 	}
 	defer func() {
@@ -314,7 +473,7 @@ func (e *engine) newState(fd unsafe.Pointer) *connState {
 	}
 	e.conns.create.Lock()
 	defer e.conns.create.Unlock()
-	if st := e.conns.get(uintptr(fd)); st != nil {
+	if st := e.conns.get(fd, nil); st != nil { // (the map has every state)
 		return st
 	}
 	st := &connState{key: uintptr(fd), inbound: !l.fdConnected(fd)}
@@ -339,7 +498,7 @@ func (e *engine) newState(fd unsafe.Pointer) *connState {
 	} else {
 		st.wr = newStream(true)
 	}
-	e.conns.put(st)
+	e.conns.put(st, fd)
 	counters.conns.Add(1)
 	runtime.AddCleanup((*byte)(fd), e.collected, cleanupKey{st.key, st.gen})
 	return st

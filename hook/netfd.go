@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"reflect"
+	"slices"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -29,6 +30,11 @@ type netLayout struct {
 
 	// Offsets into net.netFD.
 	sysfd, sotype, isConnected, network, laddr, raddr uintptr
+	// tag is the offset of four bytes of net.netFD that no field covers
+	// (alignment padding), where the hooks keep the index of the
+	// connection's entry in their dense table (see connTable); 0 when the
+	// struct has no such gap.
+	tag uintptr
 
 	// The netFD methods that do the work of the conn methods. They are
 	// never patched.
@@ -89,6 +95,7 @@ func findNetLayout() (*netLayout, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	l.tag = padding(fd)
 	method := func(t reflect.Type, name, runtimeName string) (target, error) {
 		m, ok := t.MethodByName(name)
 		if !ok {
@@ -139,6 +146,41 @@ func findNetLayout() (*netLayout, error) {
 	l.fdWrite = funcOf[func(unsafe.Pointer, []byte) (int, error)](fw.word)
 	l.fdClose = funcOf[func(unsafe.Pointer) error](fc.word)
 	return l, nil
+}
+
+// padding returns the offset of the first four bytes of struct type t,
+// aligned for a uint32, that none of its fields covers (at any depth), or 0
+// when there are none. The allocator zeroes them with the rest of a new
+// value and the Go code of t's package never writes them: struct fields are
+// stored one by one, and a value of t is never copied whole (net.netFD is
+// used by pointer only, and holds a mutex).
+func padding(t reflect.Type) uintptr {
+	covered := make([]bool, t.Size())
+	var cover func(t reflect.Type, base uintptr)
+	cover = func(t reflect.Type, base uintptr) {
+		switch t.Kind() {
+		case reflect.Struct:
+			for i := 0; i < t.NumField(); i++ {
+				f := t.Field(i)
+				cover(f.Type, base+f.Offset)
+			}
+		case reflect.Array:
+			for i := 0; i < t.Len(); i++ {
+				cover(t.Elem(), base+uintptr(i)*t.Elem().Size())
+			}
+		default:
+			for i := range t.Size() {
+				covered[base+i] = true
+			}
+		}
+	}
+	cover(t, 0)
+	for off := uintptr(4); off+4 <= t.Size(); off += 4 {
+		if !slices.Contains(covered[off:off+4], true) {
+			return off
+		}
+	}
+	return 0
 }
 
 // checkName verifies that t's code pointer leads to the function named.

@@ -207,10 +207,10 @@ func (st *connState) tid() string {
 //
 // Every hooked Read and Write looks its connection up. Each connection has
 // an entry in dense, a table of consecutive small indexes, and its netFD
-// keeps the index in four bytes of its alignment padding (netLayout.tag):
-// the netFD's first cache line, which the Read or Write is about to use
-// anyway, leads to the entry, and the entries of the connections in use
-// share a few cache lines. An entry also says whether the connection is
+// keeps the index in four bytes of its alignment padding (netLayout.tag),
+// in a line that net does not write once the connection is set up; the
+// entries of the connections in use share a few cache lines, where a hash
+// of the address spreads them over many. An entry also says whether the connection is
 // quiet (see markQuiet), which settles most of a service's downstream
 // Reads and Writes without the connection's state. Where the netFD has no
 // padding (another Go release) or dense is full, a cowmap, whose lookups

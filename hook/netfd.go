@@ -95,7 +95,15 @@ func findNetLayout() (*netLayout, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	l.tag = padding(fd)
+	// poll.FD's first line is written by every Read and Write (its
+	// fdMutex), on whichever core runs them: an index read there first
+	// would make the hook's load and net's atomic update two transfers of
+	// the line between cores instead of one. The fields after it are
+	// written only while the connection is set up, so a core keeps its
+	// copy of their line.
+	if l.tag = padding(fd, pfd+pf.Type.Size()); l.tag == 0 {
+		l.tag = padding(fd, 0)
+	}
 	method := func(t reflect.Type, name, runtimeName string) (target, error) {
 		m, ok := t.MethodByName(name)
 		if !ok {
@@ -148,13 +156,13 @@ func findNetLayout() (*netLayout, error) {
 	return l, nil
 }
 
-// padding returns the offset of the first four bytes of struct type t,
-// aligned for a uint32, that none of its fields covers (at any depth), or 0
-// when there are none. The allocator zeroes them with the rest of a new
+// padding returns the offset of the first four bytes of struct type t at
+// or after from, aligned for a uint32, that none of its fields covers (at
+// any depth), or 0 when there are none. The allocator zeroes them with the rest of a new
 // value and the Go code of t's package never writes them: struct fields are
 // stored one by one, and a value of t is never copied whole (net.netFD is
 // used by pointer only, and holds a mutex).
-func padding(t reflect.Type) uintptr {
+func padding(t reflect.Type, from uintptr) uintptr {
 	covered := make([]bool, t.Size())
 	var cover func(t reflect.Type, base uintptr)
 	cover = func(t reflect.Type, base uintptr) {
@@ -175,7 +183,7 @@ func padding(t reflect.Type) uintptr {
 		}
 	}
 	cover(t, 0)
-	for off := uintptr(4); off+4 <= t.Size(); off += 4 {
+	for off := max(4, (from+3)&^3); off+4 <= t.Size(); off += 4 {
 		if !slices.Contains(covered[off:off+4], true) {
 			return off
 		}

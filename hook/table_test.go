@@ -55,16 +55,29 @@ func TestPadding(t *testing.T) {
 			b uint64
 		}](), 4},
 	} {
-		if got := padding(c.typ); got != c.want {
-			t.Errorf("%s: padding(%v) = %d, want %d", c.name, c.typ, got, c.want)
+		if got := padding(c.typ, 0); got != c.want {
+			t.Errorf("%s: padding(%v, 0) = %d, want %d", c.name, c.typ, got, c.want)
 		}
 	}
+	twoGaps := reflect.TypeFor[struct {
+		a uint64
+		b bool
+		c uint64
+		d bool
+	}]()
+	require.EqualValues(t, 12, padding(twoGaps, 0))
+	require.EqualValues(t, 28, padding(twoGaps, 13), "the first gap at or after from")
+	require.EqualValues(t, 28, padding(twoGaps, 28))
+	require.Zero(t, padding(twoGaps, 29))
+
 	l, err := layout()
 	require.NoError(t, err)
 	if runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64" {
-		// (netFD of Go 1.21 to 1.26: three bools end poll.FD, five bytes
-		// before netFD.family)
+		// netFD of Go 1.21 to 1.26: after poll.FD, seven bytes follow
+		// isConnected; the index goes there, out of poll.FD
+		pfd, _ := reflect.TypeFor[net.TCPConn]().Field(0).Type.Field(0).Type.Elem().FieldByName("pfd")
 		require.NotZero(t, l.tag, "net.netFD has padding on %s", runtime.GOARCH)
+		require.GreaterOrEqual(t, l.tag, pfd.Offset+pfd.Type.Size(), "the index is kept out of poll.FD")
 	}
 	t.Logf("index kept at net.netFD+%d", l.tag)
 }

@@ -78,21 +78,8 @@ func concurrentWritersAndClose(t *testing.T, dst string) {
 // sink listens on loopback and reads every connection to its end; it
 // stops with the test.
 func sink(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				_, _ = io.Copy(io.Discard, c)
-				c.Close()
-			})
-		}
+	return hook.ServeTCP(t, func(c net.Conn) {
+		_, _ = io.Copy(io.Discard, c)
+		c.Close()
 	})
-	return ln.Addr().String()
 }

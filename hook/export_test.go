@@ -1,6 +1,9 @@
 package hook
 
-import "testing"
+import (
+	"net"
+	"testing"
+)
 
 // NoDenseIndex makes the engines installed until t ends find connections
 // without the index kept in their netFD (see connTable), as on a Go release
@@ -9,3 +12,6 @@ func NoDenseIndex(t testing.TB) {
 	denseIndex = false
 	t.Cleanup(func() { denseIndex = true })
 }
+
+// ServeTCP is serveTCP, for the tests of package hook_test.
+func ServeTCP(t *testing.T, handle func(net.Conn)) string { return serveTCP(t, handle) }

@@ -6,25 +6,22 @@ import (
 	"github.com/retrace-dev/retrace/hook"
 )
 
-// The concurrent tests again, with connections found through the map, as
-// on a Go release whose net.netFD has no padding for the dense index.
-
-func TestRecordFanOutWithoutDenseIndex(t *testing.T) {
-	hook.NoDenseIndex(t)
-	TestRecordFanOut(t)
-}
-
-func TestReplayFanOutWithoutDenseIndex(t *testing.T) {
-	hook.NoDenseIndex(t)
-	TestReplayFanOut(t)
-}
-
-func TestConcurrentWritersAndCloseWithoutDenseIndex(t *testing.T) {
-	hook.NoDenseIndex(t)
-	TestConcurrentWritersAndClose(t)
-}
-
-func TestUntracedSetupWritesWithoutDenseIndex(t *testing.T) {
-	hook.NoDenseIndex(t)
-	TestUntracedSetupWritesAreReported(t)
+// TestWithoutDenseIndex runs the concurrent tests again with connections
+// found through the map, as on a Go release whose net.netFD has no padding
+// for the dense index.
+func TestWithoutDenseIndex(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"RecordFanOut", TestRecordFanOut},
+		{"ReplayFanOut", TestReplayFanOut},
+		{"ConcurrentWritersAndClose", TestConcurrentWritersAndClose},
+		{"UntracedSetupWrites", TestUntracedSetupWritesAreReported},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			hook.NoDenseIndex(t)
+			c.test(t)
+		})
+	}
 }

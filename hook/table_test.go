@@ -99,8 +99,9 @@ func fdOf(c net.Conn) unsafe.Pointer {
 	return (*netConn)(unsafe.Pointer(c.(*net.TCPConn))).fd
 }
 
-// echoServer answers every connection with what it reads.
-func echoServer(t *testing.T) string {
+// serveTCP listens on loopback and runs handle on every connection, each
+// on a goroutine of its own; it stops with the test.
+func serveTCP(t *testing.T, handle func(net.Conn)) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var wg sync.WaitGroup
@@ -111,13 +112,18 @@ func echoServer(t *testing.T) string {
 			if err != nil {
 				return
 			}
-			wg.Go(func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			})
+			wg.Go(func() { handle(c) })
 		}
 	})
 	return ln.Addr().String()
+}
+
+// echoServer answers every connection with what it reads.
+func echoServer(t *testing.T) string {
+	return serveTCP(t, func(c net.Conn) {
+		defer c.Close()
+		_, _ = io.Copy(c, c)
+	})
 }
 
 // TestDenseIndexFollowsConnections: a connection's netFD leads to its

@@ -158,10 +158,10 @@ func findNetLayout() (*netLayout, error) {
 
 // padding returns the offset of the first four bytes of struct type t at
 // or after from, aligned for a uint32, that none of its fields covers (at
-// any depth), or 0 when there are none. The allocator zeroes them with the rest of a new
-// value and the Go code of t's package never writes them: struct fields are
-// stored one by one, and a value of t is never copied whole (net.netFD is
-// used by pointer only, and holds a mutex).
+// any depth), or 0 when there are none. In a net.netFD the allocator zeroes
+// them with the rest of a new value, and net never writes them: it stores
+// fields one by one and never copies a netFD whole (netFDs are used by
+// pointer only, and hold a mutex).
 func padding(t reflect.Type, from uintptr) uintptr {
 	covered := make([]bool, t.Size())
 	var cover func(t reflect.Type, base uintptr)

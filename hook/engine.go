@@ -210,9 +210,9 @@ func (st *connState) tid() string {
 // keeps the index in four bytes of its alignment padding (netLayout.tag),
 // in a line that net does not write once the connection is set up; the
 // entries of the connections in use share a few cache lines, where a hash
-// of the address spreads them over many. An entry also says whether the connection is
-// quiet (see markQuiet), which settles most of a service's downstream
-// Reads and Writes without the connection's state. Where the netFD has no
+// of the address spreads them over many. An entry also says whether the
+// connection is quiet (see markQuiet), which settles most of a service's
+// downstream Reads and Writes without the connection's state. Where the netFD has no
 // padding (another Go release) or dense is full, a cowmap, whose lookups
 // take no lock, stands behind recent, which holds the state last found in
 // each of its slots (by address).
@@ -252,9 +252,14 @@ func (t *connTable) entry(fd unsafe.Pointer) (*denseEntry, uintptr) {
 	return nil, 0
 }
 
-// index is the dense index kept in fd (0 for none). Only with tag set.
+// index is the dense index kept in fd (0 for none), and setIndex keeps
+// one. Only with tag set.
 func (t *connTable) index(fd unsafe.Pointer) uint32 {
 	return atomic.LoadUint32((*uint32)(unsafe.Add(fd, t.tag)))
+}
+
+func (t *connTable) setIndex(fd unsafe.Pointer, i uint32) {
+	atomic.StoreUint32((*uint32)(unsafe.Add(fd, t.tag)), i)
 }
 
 // get returns the state of fd's connection, or nil. ent is fd's dense
@@ -291,7 +296,7 @@ func (t *connTable) put(st *connState, fd unsafe.Pointer) {
 			ent := t.dense.at(st.idx)
 			ent.st.Store(st)
 			ent.word.Store(st.key)
-			atomic.StoreUint32((*uint32)(unsafe.Add(fd, t.tag)), st.idx)
+			t.setIndex(fd, st.idx)
 		}
 	}
 	t.m.Update(st.key, func(m map[uintptr]*connState) { m[st.key] = st })
@@ -311,14 +316,19 @@ func (t *connTable) remove(key uintptr, gen uint64, anyGen bool) *connState {
 	st.gone.Store(true)
 	t.slot(key).CompareAndSwap(st, nil)
 	if st.idx != 0 {
-		ent := t.dense.at(st.idx)
-		ent.word.Store(0)
-		ent.st.Store(nil)
 		t.create.Lock()
-		t.dense.release(st.idx)
+		t.dropEntry(st)
 		t.create.Unlock()
 	}
 	return st
+}
+
+// dropEntry empties st's dense entry and frees its index. Under create.
+func (t *connTable) dropEntry(st *connState) {
+	ent := t.dense.at(st.idx)
+	ent.word.Store(0)
+	ent.st.Store(nil)
+	t.dense.release(st.idx)
 }
 
 // markQuiet marks st's connection quiet: an outbound connection that
@@ -343,10 +353,7 @@ func (t *connTable) drain() []*connState {
 	t.create.Lock()
 	for _, st := range all {
 		if st.idx != 0 {
-			ent := t.dense.at(st.idx)
-			ent.word.Store(0)
-			ent.st.Store(nil)
-			t.dense.release(st.idx)
+			t.dropEntry(st)
 		}
 	}
 	t.create.Unlock()

@@ -185,8 +185,10 @@ func (e *engine) inboundRead(st *connState, c *netConn, b []byte) (int, error) {
 }
 
 // parseInbound runs the n bytes just read into b through the connection's
-// parser and puts what the application must see back into b (the rest in
-// st.pending). ok is false when the hook panicked; b is then untouched.
+// parser and leaves in b what the application must see (the rest in
+// st.pending). ok is false when the hook panicked; b then holds the bytes
+// as read, unless the parser, working in place, had already cut a
+// Retrace-* header line out of them.
 func (e *engine) parseInbound(st *connState, b []byte, n int) (k int, ok bool) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -196,7 +198,7 @@ func (e *engine) parseInbound(st *connState, b []byte, n int) (k int, ok bool) {
 		}
 	}()
 	s := st.rd
-	out := s.feed(b[:n])
+	out, inPlace := s.feedRead(b[:n])
 	for i := range s.events {
 		ev := &s.events[i]
 		ev.tid = e.startRequest(st, &ev.head)
@@ -207,6 +209,9 @@ func (e *engine) parseInbound(st *connState, b []byte, n int) (k int, ok bool) {
 				e.recordCall("inbound-read", func() { e.cfg.Recorder.InboundRead(&st.info, tid, p) })
 			}
 		})
+	}
+	if inPlace {
+		return len(out), true
 	}
 	k = copy(b, out)
 	if k < len(out) {

@@ -67,6 +67,18 @@ func (s *stream) feed(in []byte) []byte {
 	return s.out
 }
 
+// feedRead is feed for bytes just read into b, which the application
+// gets back in b: when nothing is held from the last read, the parser works
+// in place (the bytes the application must see are then a prefix of b,
+// and neither they nor the stream's buffer are copied), else as feed does.
+func (s *stream) feedRead(b []byte) (out []byte, inPlace bool) {
+	if s.p.Held() != 0 {
+		return s.feed(b), false
+	}
+	s.events = s.events[:0]
+	return s.p.Feed(b[:0], b, s.cb), true
+}
+
 // attribute hands emit the output of the last feed cut at request starts,
 // each piece with the trace it is charged to: bytes before a request's
 // first byte to the previous request, from it on to that request (its

@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,18 +21,38 @@ type event struct {
 }
 
 // feedAll feeds the chunks to a fresh parser in order, as a connection's
-// reads would, and returns the concatenated output and the events.
+// reads would, and returns the concatenated output and the events. A second
+// parser is fed the same chunks in place (a copy of each, as its own
+// output buffer) whenever it holds nothing back, and must return the same
+// bytes and report the same requests.
 func feedAll(t testing.TB, chunks ...[]byte) ([]byte, []event, *InboundParser) {
 	t.Helper()
-	var p InboundParser
+	var p, q InboundParser
 	var all []byte
-	var evs []event
+	var evs, qevs []event
 	var heads []pendingHead
 	for _, c := range chunks {
 		before := len(all)
 		out := p.Feed(nil, c, func(h RequestHead, off int) {
 			evs = append(evs, event{h, before + off})
 		})
+		qon := func(h RequestHead, off int) { qevs = append(qevs, event{h, before + off}) }
+		var qout []byte
+		if q.Held() == 0 {
+			buf := bytes.Clone(c)
+			qout = q.Feed(buf[:0], buf, qon)
+			if len(qout) > 0 && &qout[0] != &buf[0] {
+				t.Fatalf("Feed in place of %q returned another array", c)
+			}
+		} else {
+			qout = q.Feed(nil, c, qon)
+		}
+		if !bytes.Equal(out, qout) {
+			t.Fatalf("Feed(%q): %q, in place %q", c, out, qout)
+		}
+		if !slices.Equal(evs, qevs) {
+			t.Fatalf("Feed(%q): requests %+v, in place %+v", c, evs, qevs)
+		}
 		if len(out) > len(c)+MaxHeld {
 			t.Fatalf("Feed(%q) returned %d bytes, more than input+MaxHeld", c, len(out))
 		}

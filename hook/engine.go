@@ -96,10 +96,16 @@ func (e *engine) now() time.Time {
 }
 
 // connState is what the agent keeps about one TCP (or Unix stream)
-// connection between its first Read/Write and its Close. The fields every
-// hooked Read and Write reads come first, in one cache line: the state of a
+// connection between its first Read/Write and its Close. The state of a
 // connection is touched once or twice per request, by then mostly out of
-// the cache.
+// the cache, so the fields are laid out by who reads them: every hooked
+// Read and Write reads the flags of the first line; an inbound request
+// reads and writes the read side and the serving state, which follow them
+// in the same two lines; the write side of outbound connections and what
+// only set-up or a sampled request reads come after. Its size is a
+// multiple of 64 on 64-bit platforms (TestConnStateLayout), a size class
+// whose objects are 64-byte aligned, so the lines are the same for every
+// connection.
 type connState struct {
 	key     uintptr // address of the netFD
 	inbound bool
@@ -123,22 +129,27 @@ type connState struct {
 	// gone is set when the state leaves the table (see connTable.get).
 	gone atomic.Bool
 
-	gen  uint64
-	idx  uint32 // index of its entry in connTable.dense; 0 for none
-	info ConnInfo
-	dst  string
-
 	rmu     sync.Mutex // read side: rd, pending
 	rd      *stream    // inbound: the request parser
 	pending []byte     // parsed bytes that did not fit the reader's buffer
+
+	cur atomic.Pointer[trace.Trace] // inbound: trace of the current request, nil for none
+	srv serving                     // inbound: the request being served, those waiting (serving.go)
 
 	wmu  sync.Mutex // write side: wr, preamble, wbuf
 	wr   *stream    // outbound: strips the in-band Retrace-Trace-Id
 	wbuf []byte
 
-	srv serving                     // inbound: the request being served, those waiting (serving.go)
-	cur atomic.Pointer[trace.Trace] // inbound: trace of the current request, nil for none
+	gen  uint64
+	idx  uint32 // index of its entry in connTable.dense; 0 for none
+	info ConnInfo
+	dst  string
+
+	_ [connStatePad]byte
 }
+
+// connStatePad rounds connState up to 384 bytes on 64-bit platforms.
+const connStatePad = 40 * (^uintptr(0) >> 63)
 
 // publish sets passed once the outbound stream has given up on HTTP;
 // called under wmu after a feed.

@@ -1,0 +1,22 @@
+package hook
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// An inbound request reads and writes the flags, the read side, the
+// current trace and the serving state up to the binding's release: in two
+// cache lines of a 64-byte aligned connState (see connState).
+func TestConnStateLayout(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("layout of 64-bit platforms")
+	}
+	var st connState
+	assert.Zero(t, unsafe.Sizeof(st)%64, "connState size %d", unsafe.Sizeof(st))
+	assert.Less(t, unsafe.Offsetof(st.gone), uintptr(64), "flags in the first line")
+	end := unsafe.Offsetof(st.srv) + unsafe.Offsetof(st.srv.release) + unsafe.Sizeof(st.srv.release)
+	assert.LessOrEqual(t, end, uintptr(128), "read side and serving state in two lines")
+}

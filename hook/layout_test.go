@@ -20,3 +20,13 @@ func TestConnStateLayout(t *testing.T) {
 	end := unsafe.Offsetof(st.srv) + unsafe.Offsetof(st.srv.release) + unsafe.Sizeof(st.srv.release)
 	assert.LessOrEqual(t, end, uintptr(128), "read side and serving state in two lines")
 }
+
+// A feed reads the stream's own fields and the parser's first 256 bytes:
+// the parser starts within the stream's second line (see stream).
+func TestStreamLayout(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("layout of 64-bit platforms")
+	}
+	var s stream
+	assert.LessOrEqual(t, unsafe.Offsetof(s.p), uintptr(128), "parser at %d", unsafe.Offsetof(s.p))
+}

@@ -5,15 +5,15 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/retrace-dev/retrace/internal/testenv"
 )
 
 // An inbound request reads and writes the flags, the read side, the
 // current trace and the serving state up to the binding's release: in two
 // cache lines of a 64-byte aligned connState (see connState).
 func TestConnStateLayout(t *testing.T) {
-	if unsafe.Sizeof(uintptr(0)) != 8 {
-		t.Skip("layout of 64-bit platforms")
-	}
+	testenv.Need64Bit(t)
 	var st connState
 	assert.Zero(t, unsafe.Sizeof(st)%64, "connState size %d", unsafe.Sizeof(st))
 	assert.Less(t, unsafe.Offsetof(st.gone), uintptr(64), "flags in the first line")
@@ -24,9 +24,7 @@ func TestConnStateLayout(t *testing.T) {
 // A feed reads the stream's own fields and the parser's first 256 bytes:
 // the parser starts within the stream's second line (see stream).
 func TestStreamLayout(t *testing.T) {
-	if unsafe.Sizeof(uintptr(0)) != 8 {
-		t.Skip("layout of 64-bit platforms")
-	}
+	testenv.Need64Bit(t)
 	var s stream
 	assert.LessOrEqual(t, unsafe.Offsetof(s.p), uintptr(128), "parser at %d", unsafe.Offsetof(s.p))
 }

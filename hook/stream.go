@@ -65,8 +65,7 @@ func (s *stream) passThrough() bool { return s.p.PassThrough() && !s.holding }
 // must see; s.events has the request heads it completed. The result is
 // valid until the next feed.
 func (s *stream) feed(in []byte) []byte {
-	s.events = s.events[:0]
-	s.out = s.p.Feed(s.out[:0], in, s.cb)
+	s.out = s.parse(s.out[:0], in)
 	if cap(s.out) > holdLimit && len(s.out) < holdLimit/4 {
 		s.out = nil // don't keep a huge buffer for a connection's lifetime
 	}
@@ -81,8 +80,14 @@ func (s *stream) feedRead(b []byte) (out []byte, inPlace bool) {
 	if s.p.Held() != 0 {
 		return s.feed(b), false
 	}
+	return s.parse(b[:0], b), true
+}
+
+// parse runs in through the parser, appending what the other side must
+// see to out, with s.events the request heads it completed.
+func (s *stream) parse(out, in []byte) []byte {
 	s.events = s.events[:0]
-	return s.p.Feed(b[:0], b, s.cb), true
+	return s.p.Feed(out, in, s.cb)
 }
 
 // attribute hands emit the output of the last feed cut at request starts,

@@ -5,15 +5,15 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/retrace-dev/retrace/internal/testenv"
 )
 
 // Current on a goroutine that carries the label reads the binding's trace
 // and its own label set: one cache line, as binding's size is a multiple
 // of 64 (a size class whose objects are 64-byte aligned).
 func TestBindingLayout(t *testing.T) {
-	if unsafe.Sizeof(uintptr(0)) != 8 {
-		t.Skip("layout of 64-bit platforms")
-	}
+	testenv.Need64Bit(t)
 	var b binding
 	assert.Zero(t, unsafe.Sizeof(b)%64, "binding size")
 	first := unsafe.Offsetof(b.trace)

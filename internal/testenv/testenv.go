@@ -53,3 +53,11 @@ func SelfCommand(args ...string) *exec.Cmd {
 	}
 	return exec.Command(os.Args[0], args...)
 }
+
+// Need64Bit skips a test of a struct layout measured on 64-bit platforms.
+func Need64Bit(tb testing.TB) {
+	tb.Helper()
+	if ^uintptr(0)>>63 == 0 {
+		tb.Skip("layout of 64-bit platforms")
+	}
+}

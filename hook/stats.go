@@ -4,14 +4,16 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/retrace-dev/retrace/internal/stripe"
 	"github.com/retrace-dev/retrace/trace"
 )
 
-// counters are process-wide and cumulative over every Install.
+// counters are process-wide and cumulative over every Install. Those that
+// count requests, which every core serving them adds to, are striped.
 var counters struct {
-	conns, requests, traced, bound          atomic.Int64
-	framed, preambles, redirected, stripped atomic.Int64
-	carried, failures, pipelined            atomic.Int64
+	requests, traced, bound, framed, stripped, carried stripe.Counter
+
+	conns, preambles, redirected, failures, pipelined atomic.Int64
 }
 
 var patchState struct {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/retrace-dev/retrace/internal/stripe"
 )
 
 // Defaults of PipelineConfig.
@@ -82,7 +84,10 @@ type Pipeline struct {
 	once     sync.Once
 	closeErr error
 
-	seen, sampled, recorded, dropped, masked, truncated, writeErrors atomic.Int64
+	// seen and sampled are added to by every request, on every core
+	seen, sampled stripe.Counter
+
+	recorded, dropped, masked, truncated, writeErrors atomic.Int64
 }
 
 // NewPipeline starts a pipeline and its writer goroutine; Close ends it.

@@ -129,6 +129,25 @@ type Recorder interface {
 	Closed(c *ConnInfo)
 }
 
+// PathUser is implemented by a Recorder that says whether its StartRequest
+// reads RequestHead.Path. When UsesPath reports false, Path is left empty,
+// which spares every inbound request the allocation of its path, sampled
+// or not (a recorder that keeps the request has its bytes from InboundRead).
+// A Recorder that does not implement it gets the path.
+type PathUser interface {
+	UsesPath() bool
+}
+
+// wantsPath reports whether the inbound requests' heads must carry their
+// Path: only for a Recorder that reads it (replay mode reads none).
+func (c *resolvedConfig) wantsPath() bool {
+	if c.Mode != Record {
+		return false
+	}
+	pu, ok := c.Recorder.(PathUser)
+	return !ok || pu.UsesPath()
+}
+
 // ConnInfo identifies one TCP connection to a Recorder.
 type ConnInfo struct {
 	// ID is unique among the connections the agent saw in this process.

@@ -37,6 +37,9 @@ type engine struct {
 	l     *netLayout
 	log   *slog.Logger
 	clock bool // time.Now is patched: Arrived uses realNow
+	// noPath leaves inbound request heads without their Path (see
+	// resolvedConfig.wantsPath)
+	noPath bool
 
 	conns    connTable
 	connects pendingConnects
@@ -49,7 +52,7 @@ func newEngine(cfg *resolvedConfig, l *netLayout) *engine {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	}
-	e := &engine{cfg: cfg, l: l, log: log}
+	e := &engine{cfg: cfg, l: l, log: log, noPath: !cfg.wantsPath()}
 	if denseIndex {
 		e.conns.tag = l.tag
 	}
@@ -513,6 +516,7 @@ func (e *engine) newState(fd unsafe.Pointer) *connState {
 	}
 	if st.inbound {
 		st.rd = newStream(false)
+		st.rd.p.NoPath = e.noPath
 	} else {
 		st.wr = newStream(true)
 	}

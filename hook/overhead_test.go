@@ -167,6 +167,12 @@ type idRecorder struct{ nopRecorder }
 
 func (idRecorder) StartRequest(*ConnInfo, trace.RequestHead) string { return "rt0123456789abcdef" }
 
+// noPathRecorder samples nothing and does not read paths (PathUser), as
+// capture.Recorder.
+type noPathRecorder struct{ nopRecorder }
+
+func (noPathRecorder) UsesPath() bool { return false }
+
 // BenchmarkInboundRequest measures what the hooks add to serving one
 // request on an accepted keep-alive connection, without the system calls:
 // one Read that returns a whole request head, then the response written as
@@ -188,7 +194,8 @@ func BenchmarkInboundRequest(b *testing.B) {
 		{name: "unhooked", req: plain},
 		{name: "replay/untraced", mode: Replay, req: plain},
 		{name: "replay/traced", mode: Replay, req: traced},
-		{name: "record/unsampled", mode: Record, req: plain, rec: nopRecorder{}},
+		{name: "record/unsampled", mode: Record, req: plain, rec: noPathRecorder{}},
+		{name: "record/unsampled+path", mode: Record, req: plain, rec: nopRecorder{}},
 		{name: "record/sampled", mode: Record, req: plain, rec: idRecorder{}},
 	}
 	for _, c := range cases {

@@ -2,6 +2,7 @@ package hook_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -172,4 +173,74 @@ func TestRecorderPanicsFailOpen(t *testing.T) {
 	addr := f.serve(t)
 	drive(t, addr, 4, 2, false)
 	require.Greater(t, hook.ReadStats().Failures, before.Failures)
+}
+
+// headRecorder keeps the heads StartRequest gets and samples none.
+type headRecorder struct {
+	mu    sync.Mutex
+	heads []trace.RequestHead
+}
+
+func (r *headRecorder) StartRequest(_ *hook.ConnInfo, h trace.RequestHead) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.heads = append(r.heads, h)
+	return ""
+}
+func (r *headRecorder) InboundRead(*hook.ConnInfo, string, []byte)   {}
+func (r *headRecorder) InboundWrite(*hook.ConnInfo, string, []byte)  {}
+func (r *headRecorder) OutboundWrite(*hook.ConnInfo, string, []byte) {}
+func (r *headRecorder) OutboundRead(*hook.ConnInfo, []byte)          {}
+func (r *headRecorder) Closed(*hook.ConnInfo)                        {}
+
+// pathFreeRecorder says it does not read the path (hook.PathUser).
+type pathFreeRecorder struct{ headRecorder }
+
+func (*pathFreeRecorder) UsesPath() bool { return false }
+
+// TestRecorderPath: StartRequest gets each request's method and path,
+// unless the Recorder says (hook.PathUser) that it does not read the path;
+// the application reads the same bytes either way.
+func TestRecorderPath(t *testing.T) {
+	reqs := []string{
+		"GET /orders/42?x=1 HTTP/1.1\r\nHost: x\r\n\r\n",
+		"POST /pay HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok",
+	}
+	for _, c := range []struct {
+		name      string
+		rec       interface{ got() []trace.RequestHead }
+		wantPaths []string
+	}{
+		{"reads the path", &headRecorder{}, []string{"/orders/42?x=1", "/pay"}},
+		{"path-free", &pathFreeRecorder{}, []string{"", ""}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			addr := startByteServer(t, 4096)
+			install(t, hook.Config{Mode: hook.Record, Recorder: c.rec.(hook.Recorder)})
+			rc, err := agenttest.DialRaw(addr)
+			require.NoError(t, err)
+			defer rc.Close()
+			for _, req := range reqs {
+				require.NoError(t, rc.WriteRaw([]byte(req)))
+				code, raw, err := rc.ReadResponse()
+				require.NoError(t, err)
+				require.Equal(t, 200, code)
+				var sr seenRequest
+				require.NoError(t, json.Unmarshal(raw, &sr))
+				require.Equal(t, req, sr.Head+sr.Body)
+			}
+			heads := c.rec.got()
+			require.Len(t, heads, len(reqs))
+			for i, h := range heads {
+				require.Equal(t, []string{"GET", "POST"}[i], h.Method)
+				require.Equal(t, c.wantPaths[i], h.Path)
+			}
+		})
+	}
+}
+
+func (r *headRecorder) got() []trace.RequestHead {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]trace.RequestHead(nil), r.heads...)
 }

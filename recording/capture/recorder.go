@@ -61,7 +61,10 @@ type Recorder struct {
 	closeErr                      error
 }
 
-var _ hook.Recorder = (*Recorder)(nil)
+var (
+	_ hook.Recorder = (*Recorder)(nil)
+	_ hook.PathUser = (*Recorder)(nil)
+)
 
 // New returns a Recorder that submits to cfg.Pipeline.
 func New(cfg Config) (*Recorder, error) {
@@ -230,6 +233,10 @@ func (a *active) responded() bool {
 	defer a.mu.Unlock()
 	return a.resp.n > 0
 }
+
+// UsesPath reports that StartRequest does not read the head's Path (see
+// hook.PathUser): a session keeps the request's bytes.
+func (r *Recorder) UsesPath() bool { return false }
 
 // StartRequest samples the request and, when sampled, starts its session.
 func (r *Recorder) StartRequest(c *hook.ConnInfo, head trace.RequestHead) string {

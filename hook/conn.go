@@ -198,11 +198,7 @@ func (e *engine) parseInbound(st *connState, b []byte, n int) (k int, ok bool) {
 		}
 	}()
 	s := st.rd
-	out, inPlace := s.feedRead(b[:n])
-	for i := range s.events {
-		ev := &s.events[i]
-		ev.tid = e.startRequest(st, &ev.head)
-	}
+	out, inPlace := s.feedRead(b[:n]) // requests started (see engine.state)
 	if e.cfg.Mode == Record {
 		s.attribute(out, noTrace, func(tid string, p []byte) {
 			if tid != "" {
@@ -224,7 +220,8 @@ func noTrace() string { return "" }
 
 // startRequest decides the trace of a request whose head has just been
 // read and binds it to the calling goroutine (the one that will serve it),
-// or queues it behind the request being served (see serving).
+// or queues it behind the request being served (see serving). It runs in
+// the parser's callback, within parseInbound.
 func (e *engine) startRequest(st *connState, h *trace.RequestHead) string {
 	counters.requests.Add(1)
 	var tid string
@@ -328,6 +325,16 @@ func validOrEmpty(tid string) string {
 	return ""
 }
 
+// inBandTrace is the trace of a request written on a dialled connection:
+// the one its in-band Retrace-Trace-Id named, "" for none (splitOutbound
+// then charges it to the writing goroutine's).
+func inBandTrace(h trace.RequestHead) string {
+	if h.Stripped > 0 {
+		counters.stripped.Add(1)
+	}
+	return h.TraceID
+}
+
 // plainOutboundWrite reports whether a write on a dialled connection goes
 // out as it is (a plain connection with no HTTP to strip: the common case),
 // having reported it first in record mode; if not, outboundWriteSplit
@@ -422,12 +429,7 @@ func (e *engine) splitOutbound(st *connState, b []byte, w *outWriter) (ok bool) 
 	}
 	out := s.feed(b)
 	for i := range s.events {
-		ev := &s.events[i]
-		ev.tid = ev.head.TraceID
-		if ev.head.Stripped > 0 {
-			counters.stripped.Add(1)
-		}
-		if ev.tid == "" {
+		if ev := &s.events[i]; ev.tid == "" {
 			ev.tid = goroutineTID()
 		}
 	}

@@ -515,10 +515,10 @@ func (e *engine) newState(fd unsafe.Pointer) *connState {
 		}
 	}
 	if st.inbound {
-		st.rd = newStream(false)
+		st.rd = newStream(false, func(h trace.RequestHead) string { return e.startRequest(st, &h) })
 		st.rd.p.NoPath = e.noPath
 	} else {
-		st.wr = newStream(true)
+		st.wr = newStream(true, inBandTrace)
 	}
 	e.conns.put(st, fd)
 	counters.conns.Add(1)

@@ -21,10 +21,13 @@ func TestConnStateLayout(t *testing.T) {
 	assert.LessOrEqual(t, end, uintptr(128), "read side and serving state in two lines")
 }
 
-// A feed reads the stream's own fields and the parser's first 256 bytes:
-// the parser starts within the stream's second line (see stream).
+// A feed reads the stream's own fields, its inline event among them, and
+// the parser's first 256 bytes: the parser starts within the stream's
+// second line (see stream).
 func TestStreamLayout(t *testing.T) {
 	testenv.Need64Bit(t)
 	var s stream
 	assert.LessOrEqual(t, unsafe.Offsetof(s.p), uintptr(128), "parser at %d", unsafe.Offsetof(s.p))
+	assert.Less(t, unsafe.Offsetof(s.ev), unsafe.Offsetof(s.p), "inline event before the parser")
+	assert.LessOrEqual(t, unsafe.Sizeof(s), uintptr(576), "stream size %d", unsafe.Sizeof(s))
 }

@@ -9,11 +9,10 @@ import (
 // the current trace.
 const holdLimit = 64 << 10
 
-// reqEvent is a request head completed by one feed.
+// reqEvent is a request whose head one feed completed.
 type reqEvent struct {
-	head  trace.RequestHead
 	start int    // index of its first byte in the feed's output; may be < 0
-	tid   string // the trace its bytes are charged to, set by the caller
+	tid   string // the trace its bytes are charged to (stream.decide's)
 }
 
 // stream follows one direction of one connection with an
@@ -21,13 +20,14 @@ type reqEvent struct {
 // and cuts the bytes at request boundaries so each piece can be charged to
 // the request it belongs to. Not safe for concurrent use.
 //
-// Its own fields come before the parser's, whose first 256 bytes are the
-// ones a request in whole lines touches: a feed then reads and writes six
-// lines of a stream (576 bytes, a size class of 64-byte aligned objects),
-// where, after the parser's byte-wise buffers, they took seven.
+// Its own fields, the events of a feed that completes one request
+// included, fill its first two lines, and the parser's follow, whose first
+// 256 bytes are the ones a request in whole lines touches: a feed then
+// reads and writes six lines of a stream (576 bytes, a size class of
+// 64-byte aligned objects), and none of another object for its events.
 type stream struct {
-	cb     func(trace.RequestHead, int)
-	events []reqEvent
+	cb     func(trace.RequestHead, int) // the parser's callback (see newStream)
+	events []reqEvent                   // the last feed's, in ev unless it completed several
 	out    []byte
 
 	cur     string // trace of the request the next body bytes belong to
@@ -37,23 +37,27 @@ type stream struct {
 	// bytes wait to go out (not only to be reported)
 	writes bool
 	held   []byte
+	ev     [1]reqEvent
 
 	p trace.InboundParser
 }
 
 // newStream returns a stream for the bytes an application reads, or with
-// writes set, for those it writes.
-func newStream(writes bool) *stream {
+// writes set, for those it writes; decide gives each request its trace.
+func newStream(writes bool, decide func(trace.RequestHead) string) *stream {
 	s := &stream{writes: writes}
 	// the heads of written requests only name their in-band trace; those
 	// read go to Recorder.StartRequest whole
 	s.p.NoPath = writes
-	s.cb = s.onRequest
+	s.events = s.ev[:0]
+	// A request's trace is decided as soon as its head is complete, while
+	// the head is at hand: a feed's events then keep only where each
+	// request starts and its trace, in the stream's own lines when there
+	// is one.
+	s.cb = func(h trace.RequestHead, start int) {
+		s.events = append(s.events, reqEvent{start: start, tid: decide(h)})
+	}
 	return s
-}
-
-func (s *stream) onRequest(h trace.RequestHead, start int) {
-	s.events = append(s.events, reqEvent{head: h, start: start})
 }
 
 // passThrough reports whether the parser gave up on the connection and
@@ -62,8 +66,8 @@ func (s *stream) onRequest(h trace.RequestHead, start int) {
 func (s *stream) passThrough() bool { return s.p.PassThrough() && !s.holding }
 
 // feed runs in through the parser and returns the bytes the other side
-// must see; s.events has the request heads it completed. The result is
-// valid until the next feed.
+// must see; s.events has the requests whose heads it completed, with their
+// traces. The result is valid until the next feed.
 func (s *stream) feed(in []byte) []byte {
 	s.out = s.parse(s.out[:0], in)
 	if cap(s.out) > holdLimit && len(s.out) < holdLimit/4 {
@@ -84,7 +88,7 @@ func (s *stream) feedRead(b []byte) (out []byte, inPlace bool) {
 }
 
 // parse runs in through the parser, appending what the other side must
-// see to out, with s.events the request heads it completed.
+// see to out, with s.events the requests whose heads it completed.
 func (s *stream) parse(out, in []byte) []byte {
 	s.events = s.events[:0]
 	return s.p.Feed(out, in, s.cb)
@@ -93,7 +97,7 @@ func (s *stream) parse(out, in []byte) []byte {
 // attribute hands emit the output of the last feed cut at request starts,
 // each piece with the trace it is charged to: bytes before a request's
 // first byte to the previous request, from it on to that request (its
-// reqEvent.tid, set by the caller). Bytes that start a request whose head
+// reqEvent.tid). Bytes that start a request whose head
 // has not ended yet are kept until it ends, so a head split over several
 // reads or writes is charged as a whole — also when the feed that started
 // it ended the previous request (pipelining, or coalesced reads): the

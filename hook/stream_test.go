@@ -13,7 +13,7 @@ import (
 // returns what the parser output and what attribute handed on, with the
 // traces of the pieces.
 func feedAll(data []byte, cuts []byte) (outs, emitted []byte, tids []string, s *stream) {
-	s = newStream(false)
+	s = newStream(false, inBandTrace)
 	for len(data) > 0 {
 		n := len(data)
 		if len(cuts) > 0 {
@@ -23,9 +23,6 @@ func feedAll(data []byte, cuts []byte) (outs, emitted []byte, tids []string, s *
 		out := s.feed(data[:n])
 		data = data[n:]
 		outs = append(outs, out...)
-		for i := range s.events {
-			s.events[i].tid = s.events[i].head.TraceID
-		}
 		s.attribute(out, func() string { return "fallback" }, func(tid string, b []byte) {
 			emitted = append(emitted, b...)
 			tids = append(tids, tid)
@@ -39,16 +36,13 @@ func feedAll(data []byte, cuts []byte) (outs, emitted []byte, tids []string, s *
 // The stream follows reads (cut anywhere by TCP); see
 // TestStreamWrites for writes.
 func feedChunks(chunks [][]byte) (outs, emitted []byte, tids []string, lens []int) {
-	return feedChunksTo(newStream(false), chunks)
+	return feedChunksTo(newStream(false, inBandTrace), chunks)
 }
 
 func feedChunksTo(s *stream, chunks [][]byte) (outs, emitted []byte, tids []string, lens []int) {
 	for _, chunk := range chunks {
 		out := s.feed(chunk)
 		outs = append(outs, out...)
-		for i := range s.events {
-			s.events[i].tid = s.events[i].head.TraceID
-		}
 		s.attribute(out, func() string { return "fallback" }, func(tid string, b []byte) {
 			emitted = append(emitted, b...)
 			tids = append(tids, tid)
@@ -190,7 +184,7 @@ func TestStreamWrites(t *testing.T) {
 				chunks = append(chunks, []byte(before.text))
 			}
 			chunks = append(chunks, []byte(text[:cut]), []byte(text[cut:]))
-			outs, emitted, tids, lens := feedChunksTo(newStream(true), chunks)
+			outs, emitted, tids, lens := feedChunksTo(newStream(true, inBandTrace), chunks)
 			if !bytes.Equal(outs, emitted) {
 				t.Fatalf("request %d cut at %d: emitted %q, parser output %q", r, cut, emitted, outs)
 			}
@@ -198,7 +192,7 @@ func TestStreamWrites(t *testing.T) {
 		}
 	}
 	for _, msg := range []string{"x", "hello", "HELLO", "GET", "get / HTTP/1.1\r\n", "0000"} {
-		s := newStream(true)
+		s := newStream(true, inBandTrace)
 		out := s.feed([]byte(msg))
 		var emitted []byte
 		s.attribute(out, func() string { return "" }, func(_ string, b []byte) { emitted = append(emitted, b...) })

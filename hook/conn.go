@@ -198,7 +198,7 @@ func (e *engine) parseInbound(st *connState, b []byte, n int) (k int, ok bool) {
 		}
 	}()
 	s := st.rd
-	out, inPlace := s.feedRead(b[:n]) // requests started (see engine.state)
+	out, inPlace := s.feedRead(b[:n]) // each head read starts its request (see newState)
 	if e.cfg.Mode == Record {
 		s.attribute(out, noTrace, func(tid string, p []byte) {
 			if tid != "" {

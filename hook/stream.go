@@ -12,7 +12,7 @@ const holdLimit = 64 << 10
 // reqEvent is a request whose head one feed completed.
 type reqEvent struct {
 	start int    // index of its first byte in the feed's output; may be < 0
-	tid   string // the trace its bytes are charged to (stream.decide's)
+	tid   string // the trace its bytes are charged to (newStream's decide)
 }
 
 // stream follows one direction of one connection with an
@@ -97,9 +97,9 @@ func (s *stream) parse(out, in []byte) []byte {
 // attribute hands emit the output of the last feed cut at request starts,
 // each piece with the trace it is charged to: bytes before a request's
 // first byte to the previous request, from it on to that request (its
-// reqEvent.tid). Bytes that start a request whose head
-// has not ended yet are kept until it ends, so a head split over several
-// reads or writes is charged as a whole — also when the feed that started
+// reqEvent.tid). Bytes that start a request whose head has not ended yet
+// are kept until it ends, so a head split over several reads or writes is
+// charged as a whole — also when the feed that started
 // it ended the previous request (pipelining, or coalesced reads): the
 // parser's HeadStart says where it began. fallback is the trace of bytes
 // that belong to no request seen so far.

@@ -138,16 +138,6 @@ type PathUser interface {
 	UsesPath() bool
 }
 
-// wantsPath reports whether the inbound requests' heads must carry their
-// Path: only for a Recorder that reads it (replay mode reads none).
-func (c *resolvedConfig) wantsPath() bool {
-	if c.Mode != Record {
-		return false
-	}
-	pu, ok := c.Recorder.(PathUser)
-	return !ok || pu.UsesPath()
-}
-
 // ConnInfo identifies one TCP connection to a Recorder.
 type ConnInfo struct {
 	// ID is unique among the connections the agent saw in this process.
@@ -185,12 +175,16 @@ type resolvedConfig struct {
 	Config
 	mock        netip.AddrPort
 	passthrough map[netip.AddrPort]bool
+	// noPath: nothing reads the Path of inbound request heads, which the
+	// parser then leaves empty; only a Recorder can, unless it says it
+	// does not (PathUser)
+	noPath bool
 }
 
 // resolve validates c and resolves its addresses. Errors name the value
 // that was wrong.
 func (c Config) resolve() (*resolvedConfig, error) {
-	rc := &resolvedConfig{Config: c, passthrough: map[netip.AddrPort]bool{}}
+	rc := &resolvedConfig{Config: c, passthrough: map[netip.AddrPort]bool{}, noPath: true}
 	switch c.Mode {
 	case Off:
 		return rc, nil
@@ -198,6 +192,8 @@ func (c Config) resolve() (*resolvedConfig, error) {
 		if c.Recorder == nil {
 			return nil, errors.New("retrace: record mode needs a Recorder")
 		}
+		pu, ok := c.Recorder.(PathUser)
+		rc.noPath = ok && !pu.UsesPath()
 		return rc, nil
 	case Replay:
 	default:

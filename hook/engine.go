@@ -37,9 +37,6 @@ type engine struct {
 	l     *netLayout
 	log   *slog.Logger
 	clock bool // time.Now is patched: Arrived uses realNow
-	// noPath leaves inbound request heads without their Path (see
-	// resolvedConfig.wantsPath)
-	noPath bool
 
 	conns    connTable
 	connects pendingConnects
@@ -52,7 +49,7 @@ func newEngine(cfg *resolvedConfig, l *netLayout) *engine {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	}
-	e := &engine{cfg: cfg, l: l, log: log, noPath: !cfg.wantsPath()}
+	e := &engine{cfg: cfg, l: l, log: log}
 	if denseIndex {
 		e.conns.tag = l.tag
 	}
@@ -515,10 +512,10 @@ func (e *engine) newState(fd unsafe.Pointer) *connState {
 		}
 	}
 	if st.inbound {
-		st.rd = newStream(false, func(h trace.RequestHead) string { return e.startRequest(st, &h) })
-		st.rd.p.NoPath = e.noPath
+		st.rd = newStream(false, e.cfg.noPath, func(h trace.RequestHead) string { return e.startRequest(st, &h) })
 	} else {
-		st.wr = newStream(true, inBandTrace)
+		// a written request's head only names its in-band trace
+		st.wr = newStream(true, true, inBandTrace)
 	}
 	e.conns.put(st, fd)
 	counters.conns.Add(1)

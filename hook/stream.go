@@ -43,12 +43,11 @@ type stream struct {
 }
 
 // newStream returns a stream for the bytes an application reads, or with
-// writes set, for those it writes; decide gives each request its trace.
-func newStream(writes bool, decide func(trace.RequestHead) string) *stream {
+// writes set, for those it writes; decide gives each request its trace,
+// from a head without its Path when noPath is set.
+func newStream(writes, noPath bool, decide func(trace.RequestHead) string) *stream {
 	s := &stream{writes: writes}
-	// the heads of written requests only name their in-band trace; those
-	// read go to Recorder.StartRequest whole
-	s.p.NoPath = writes
+	s.p.NoPath = noPath
 	s.events = s.ev[:0]
 	// A request's trace is decided as soon as its head is complete, while
 	// the head is at hand: a feed's events then keep only where each
@@ -99,10 +98,10 @@ func (s *stream) parse(out, in []byte) []byte {
 // first byte to the previous request, from it on to that request (its
 // reqEvent.tid). Bytes that start a request whose head has not ended yet
 // are kept until it ends, so a head split over several reads or writes is
-// charged as a whole — also when the feed that started
-// it ended the previous request (pipelining, or coalesced reads): the
-// parser's HeadStart says where it began. fallback is the trace of bytes
-// that belong to no request seen so far.
+// charged as a whole — also when the feed that started it ended the
+// previous request (pipelining, or coalesced reads): the parser's
+// HeadStart says where it began. fallback is the trace of bytes that
+// belong to no request seen so far.
 func (s *stream) attribute(out []byte, fallback func() string, emit func(tid string, b []byte)) {
 	data, base := out, 0
 	if s.holding {

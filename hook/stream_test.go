@@ -13,7 +13,7 @@ import (
 // returns what the parser output and what attribute handed on, with the
 // traces of the pieces.
 func feedAll(data []byte, cuts []byte) (outs, emitted []byte, tids []string, s *stream) {
-	s = newStream(false, inBandTrace)
+	s = newStream(false, false, inBandTrace)
 	for len(data) > 0 {
 		n := len(data)
 		if len(cuts) > 0 {
@@ -36,7 +36,7 @@ func feedAll(data []byte, cuts []byte) (outs, emitted []byte, tids []string, s *
 // The stream follows reads (cut anywhere by TCP); see
 // TestStreamWrites for writes.
 func feedChunks(chunks [][]byte) (outs, emitted []byte, tids []string, lens []int) {
-	return feedChunksTo(newStream(false, inBandTrace), chunks)
+	return feedChunksTo(newStream(false, false, inBandTrace), chunks)
 }
 
 func feedChunksTo(s *stream, chunks [][]byte) (outs, emitted []byte, tids []string, lens []int) {
@@ -184,7 +184,7 @@ func TestStreamWrites(t *testing.T) {
 				chunks = append(chunks, []byte(before.text))
 			}
 			chunks = append(chunks, []byte(text[:cut]), []byte(text[cut:]))
-			outs, emitted, tids, lens := feedChunksTo(newStream(true, inBandTrace), chunks)
+			outs, emitted, tids, lens := feedChunksTo(newStream(true, true, inBandTrace), chunks)
 			if !bytes.Equal(outs, emitted) {
 				t.Fatalf("request %d cut at %d: emitted %q, parser output %q", r, cut, emitted, outs)
 			}
@@ -192,7 +192,7 @@ func TestStreamWrites(t *testing.T) {
 		}
 	}
 	for _, msg := range []string{"x", "hello", "HELLO", "GET", "get / HTTP/1.1\r\n", "0000"} {
-		s := newStream(true, inBandTrace)
+		s := newStream(true, true, inBandTrace)
 		out := s.feed([]byte(msg))
 		var emitted []byte
 		s.attribute(out, func() string { return "" }, func(_ string, b []byte) { emitted = append(emitted, b...) })

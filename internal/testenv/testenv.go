@@ -17,6 +17,14 @@ const (
 	RedisEnv    = "RETRACE_TEST_REDIS"    // host:port of a scratch redis-server
 	MySQLEnv    = "RETRACE_TEST_MYSQL"    // go-sql-driver DSN of a scratch MariaDB database
 	ChromiumEnv = "RETRACE_TEST_CHROMIUM" // path of a headless-capable Chromium
+	// PostgresEnv is the URL of a scratch PostgreSQL database whose user
+	// authenticates with SCRAM-SHA-256 (postgres://user:pass@host:port/db).
+	PostgresEnv    = "RETRACE_TEST_POSTGRES"
+	RedisTLSEnv    = "RETRACE_TEST_REDIS_TLS"    // host:port of a redis-server that speaks only TLS
+	MySQLTLSEnv    = "RETRACE_TEST_MYSQL_TLS"    // DSN of a MariaDB that requires TLS (add the tls= parameter)
+	CAEnv          = "RETRACE_TEST_CA"           // PEM file of the CA that signed the TLS servers' certificates
+	RedisShadowEnv = "RETRACE_TEST_REDIS_SHADOW" // host:port of a second, separate redis-server
+	MySQLShadowEnv = "RETRACE_TEST_MYSQL_SHADOW" // DSN of a second, separate MariaDB
 	// ExecEnv names a program that runs the test binary when a test starts
 	// it again as a child: an emulator such as qemu-aarch64-static when
 	// the tests of another architecture run under it.
@@ -41,6 +49,28 @@ func RedisAddr(t testing.TB) string { return need(t, RedisEnv, "redis-server") }
 
 // MySQLDSN returns the DSN of the test MariaDB database (go-sql-driver/mysql syntax).
 func MySQLDSN(t testing.TB) string { return need(t, MySQLEnv, "mariadb") }
+
+// PostgresURL returns the URL of the test PostgreSQL database (SCRAM
+// authentication, sslmode=disable).
+func PostgresURL(t testing.TB) string { return need(t, PostgresEnv, "postgresql") }
+
+// RedisTLSAddr returns the host:port of the TLS-only test redis-server and
+// the PEM file of the CA that signed its certificate.
+func RedisTLSAddr(t testing.TB) (addr, caFile string) {
+	return need(t, RedisTLSEnv, "redis-server with --tls-port"), need(t, CAEnv, "the test CA")
+}
+
+// MySQLTLSDSN returns the DSN of the MariaDB that requires TLS and the PEM
+// file of the CA that signed its certificate.
+func MySQLTLSDSN(t testing.TB) (dsn, caFile string) {
+	return need(t, MySQLTLSEnv, "mariadb with TLS required"), need(t, CAEnv, "the test CA")
+}
+
+// RedisShadowAddr returns the host:port of the second ("shadow") redis-server.
+func RedisShadowAddr(t testing.TB) string { return need(t, RedisShadowEnv, "a second redis-server") }
+
+// MySQLShadowDSN returns the DSN of the second ("shadow") MariaDB.
+func MySQLShadowDSN(t testing.TB) string { return need(t, MySQLShadowEnv, "a second mariadb") }
 
 // Chromium returns the path of the Chromium binary for headless checks.
 func Chromium(t testing.TB) string { return need(t, ChromiumEnv, "chromium") }

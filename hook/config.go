@@ -63,10 +63,24 @@ type Config struct {
 	// of the mock server that replay mode sends every outbound TCP
 	// connection to. Empty means DefaultMockAddr. Ignored in record mode.
 	MockAddr string
-	// Passthrough lists "host:port" destinations that replay mode never
-	// redirects (a shadow database, the service's own clients in tests).
-	// Host names are resolved once by Install. Nil means none.
+	// Passthrough lists destinations that replay mode never redirects (a
+	// shadow database, the service's own clients in tests): "host:port", a
+	// bare host name or address (any port), or a CIDR range. A host name
+	// matches dials of that name, and the addresses it resolves to at
+	// Install when it resolves. Nil means none.
 	Passthrough []string
+	// Baffle, when not empty, limits replay mode's redirection to these
+	// destinations (the same forms as Passthrough): only they go to the
+	// mock server; every other connection goes where the service dials it,
+	// or where Rewrite sends it. Nil means every destination goes to the
+	// mock (write-path load tests, DESIGN.md 15).
+	Baffle []string
+	// Rewrite sends replay-mode connections to a destination (the key, in
+	// the forms of Passthrough) to another address instead (the value,
+	// "host:port", or a host that keeps the dialled port), unframed: shadow
+	// databases under load. Names in values are resolved by Install. Nil
+	// means none.
+	Rewrite map[string]string
 	// Recorder receives the traffic in record mode; required there.
 	Recorder Recorder
 	// Logger receives the agent's reports: errors (a function left
@@ -80,6 +94,11 @@ type Config struct {
 	// then charged to the trace of the goroutine that writes them, which is
 	// wrong on pooled connections. The zero value patches it.
 	NoHTTP bool
+	// NoResolve leaves net's resolver alone: record mode then records no
+	// host names (ConnInfo.Host), and replay mode resolves every name it
+	// dials before redirecting the connection by address. The zero value
+	// patches it (resolve.go).
+	NoResolve bool
 }
 
 // Recorder receives a service's traffic in record mode. Methods are called
@@ -148,6 +167,12 @@ type ConnInfo struct {
 	// Local and Remote are the connection's addresses ("ip:port"). Remote
 	// of an outbound connection is its destination.
 	Local, Remote string
+	// Host is, for an outbound connection the service dialled by host
+	// name, that name and the port as dialled ("orders-db.prod:3306");
+	// "" when it dialled an address. Remote is then the address it resolved
+	// to (record mode), or the same name (replay mode, where a name sent to
+	// the mock server is not resolved).
+	Host string
 	// Data is the Recorder's own, for its state of the connection; the
 	// agent never touches it. Every report of a connection comes with the
 	// same *ConnInfo, so a Recorder that keeps its state here finds it with
@@ -173,8 +198,15 @@ var (
 // resolvedConfig is a Config checked and with its addresses resolved.
 type resolvedConfig struct {
 	Config
-	mock        netip.AddrPort
-	passthrough map[netip.AddrPort]bool
+	mock     netip.AddrPort
+	mockName string   // MockAddr's host when it is a name, lower-case
+	pass     *destSet // Passthrough
+	baffled  *destSet // Baffle; nil when every destination goes to the mock
+	rewrites []*rewriteRule
+	// rewriteTo and rewriteIP are the rewrite rules' targets, never
+	// redirected again
+	rewriteTo map[netip.AddrPort]bool
+	rewriteIP map[netip.Addr]bool
 	// noPath: nothing reads the Path of inbound request heads, which the
 	// parser then leaves empty; only a Recorder can, unless it says it
 	// does not (PathUser)
@@ -184,7 +216,7 @@ type resolvedConfig struct {
 // resolve validates c and resolves its addresses. Errors name the value
 // that was wrong.
 func (c Config) resolve() (*resolvedConfig, error) {
-	rc := &resolvedConfig{Config: c, passthrough: map[netip.AddrPort]bool{}, noPath: true}
+	rc := &resolvedConfig{Config: c, noPath: true}
 	switch c.Mode {
 	case Off:
 		return rc, nil
@@ -207,17 +239,33 @@ func (c Config) resolve() (*resolvedConfig, error) {
 		return nil, fmt.Errorf("retrace: mock address: %w", err)
 	}
 	rc.mock = aps[0]
-	for _, p := range c.Passthrough {
-		p = strings.TrimSpace(p)
-		if p == "" {
-			continue
+	if h, _, err := net.SplitHostPort(rc.MockAddr); err == nil {
+		if _, err := netip.ParseAddr(h); err != nil {
+			rc.mockName = strings.ToLower(h)
 		}
-		aps, err := resolveAddr(p)
-		if err != nil {
-			return nil, fmt.Errorf("retrace: pass-through destination: %w", err)
+	}
+	if rc.pass, err = parseDestSet("pass-through destination", c.Passthrough); err != nil {
+		return nil, err
+	}
+	if len(c.Baffle) > 0 {
+		if rc.baffled, err = parseDestSet("baffled destination", c.Baffle); err != nil {
+			return nil, err
 		}
-		for _, ap := range aps {
-			rc.passthrough[ap] = true
+		if rc.baffled.empty() {
+			rc.baffled = nil
+		}
+	}
+	if rc.rewrites, err = parseRewrites(c.Rewrite); err != nil {
+		return nil, err
+	}
+	rc.rewriteTo, rc.rewriteIP = map[netip.AddrPort]bool{}, map[netip.Addr]bool{}
+	for _, r := range rc.rewrites {
+		for _, a := range r.addrs {
+			if r.port != 0 {
+				rc.rewriteTo[netip.AddrPortFrom(a, r.port)] = true
+			} else {
+				rc.rewriteIP[a] = true
+			}
 		}
 	}
 	return rc, nil

@@ -12,3 +12,7 @@ import (
 func connectTarget() (target, error) {
 	return target{}, fmt.Errorf("%w: connect redirection is implemented for linux, not %s", ErrUnsupported, runtime.GOOS)
 }
+
+func getsockoptTarget() (target, error) {
+	return target{}, fmt.Errorf("%w: connect outcomes are read for linux, not %s", ErrUnsupported, runtime.GOOS)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -40,6 +41,7 @@ type engine struct {
 
 	conns    connTable
 	connects pendingConnects
+	names    nameTable // logical destinations (resolve.go)
 	nextID   atomic.Uint64
 	reported sync.Map // report keys already logged
 }
@@ -149,7 +151,7 @@ type connState struct {
 }
 
 // connStatePad rounds connState up to 384 bytes on 64-bit platforms.
-const connStatePad = 40 * (^uintptr(0) >> 63)
+const connStatePad = 24 * (^uintptr(0) >> 63)
 
 // publish sets passed once the outbound stream has given up on HTTP;
 // called under wmu after a feed.
@@ -450,6 +452,15 @@ func (p *pendingConnects) set(fd int, dst string) {
 	p.mu.Unlock()
 }
 
+// has reports whether fd's connect was redirected to the mock and its
+// connection not set up yet.
+func (p *pendingConnects) has(fd int) bool {
+	p.mu.Lock()
+	_, ok := p.m[fd]
+	p.mu.Unlock()
+	return ok
+}
+
 func (p *pendingConnects) take(fd int) (string, bool) {
 	p.mu.Lock()
 	dst, ok := p.m[fd]
@@ -508,8 +519,14 @@ func (e *engine) newState(fd unsafe.Pointer) *connState {
 			if dst, ok := e.connects.take(sysfd); ok {
 				st.redirect, st.dst = true, dst
 				st.info.Remote = dst
+				if _, err := netip.ParseAddrPort(dst); err != nil {
+					st.info.Host = dst
+				}
 			}
 		}
+	}
+	if !st.inbound && tcp && e.cfg.Mode == Record {
+		st.info.Host = e.names.dialled(st.info.Remote)
 	}
 	if st.inbound {
 		st.rd = newStream(false, e.cfg.noPath, func(h trace.RequestHead) string { return e.startRequest(st, &h) })

@@ -118,8 +118,12 @@ func TestInstallSkipsOptionalThatDoesNotFit(t *testing.T) {
 	require.NoError(t, err)
 	ck, err := clockTarget()
 	require.NoError(t, err)
+	gt, err := getsockoptTarget()
+	require.NoError(t, err)
+	rs, err := resolveTarget()
+	require.NoError(t, err)
 	smallest := span(rtPC)
-	for _, w := range []unsafe.Pointer{l.read.word, l.write.word, l.close.word, ct.word, ck.word} {
+	for _, w := range []unsafe.Pointer{l.read.word, l.write.word, l.close.word, ct.word, ck.word, gt.word, rs.word} {
 		if span(*(*uintptr)(w)) <= smallest {
 			t.Skipf("the transport (%d bytes) is not the shortest patched function here", smallest)
 		}
@@ -132,7 +136,7 @@ func TestInstallSkipsOptionalThatDoesNotFit(t *testing.T) {
 	require.NoError(t, err)
 	defer undo()
 	st := ReadStats()
-	require.Len(t, st.Patched, 5)
+	require.Len(t, st.Patched, 7)
 	require.NotContains(t, st.Patched, "net/http.(*Transport).RoundTrip")
 	require.Len(t, st.Refused, 1)
 	require.Contains(t, st.Refused[0], "(*Transport).RoundTrip is shorter than")

@@ -58,12 +58,16 @@ func Install(cfg Config) (undo func(), err error) {
 	var optional []func() (target, error)
 	if rc.Mode == Replay {
 		required = append(required, connectTarget)
+		optional = append(optional, getsockoptTarget)
 		if !rc.NoClock {
 			optional = append(optional, clockTarget)
 		}
 	}
 	if !rc.NoHTTP {
 		optional = append(optional, transportTarget)
+	}
+	if !rc.NoResolve {
+		optional = append(optional, resolveTarget)
 	}
 	for _, mk := range required {
 		t, err := mk()

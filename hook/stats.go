@@ -13,7 +13,7 @@ import (
 var counters struct {
 	requests, traced, bound, framed, stripped, carried stripe.Counter
 
-	conns, preambles, redirected, failures, pipelined atomic.Int64
+	conns, preambles, redirected, rewritten, failures, pipelined atomic.Int64
 }
 
 var patchState struct {
@@ -43,6 +43,7 @@ type Stats struct {
 	Pipelined int64
 
 	RedirectedConnects int64 // replay: connects sent to the mock server
+	RewrittenConnects  int64 // replay: connects sent to a Rewrite target
 	Preambles          int64 // replay: preamble frames sent
 	FramedWrites       int64 // replay: frames sent (preambles not counted)
 	CarriedRequests    int64 // HTTP requests that carried their trace in-band
@@ -72,6 +73,7 @@ func ReadStats() Stats {
 	s.Bindings = counters.bound.Load()
 	s.Pipelined = counters.pipelined.Load()
 	s.RedirectedConnects = counters.redirected.Load()
+	s.RewrittenConnects = counters.rewritten.Load()
 	s.Preambles = counters.preambles.Load()
 	s.FramedWrites = counters.framed.Load()
 	s.CarriedRequests = counters.carried.Load()

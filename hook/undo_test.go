@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/agiledragon/gomonkey/v2/creflect"
 	"github.com/stretchr/testify/require"
 
 	"github.com/retrace-dev/retrace/hook"
@@ -20,8 +21,12 @@ import (
 func patchedFuncs() map[string]uintptr {
 	conn := reflect.PointerTo(reflect.TypeFor[net.TCPConn]().Field(0).Type)
 	pcs := map[string]uintptr{
-		"syscall.Connect": reflect.ValueOf(syscall.Connect).Pointer(),
-		"time.Now":        reflect.ValueOf(time.Now).Pointer(),
+		"syscall.Connect":       reflect.ValueOf(syscall.Connect).Pointer(),
+		"syscall.GetsockoptInt": reflect.ValueOf(syscall.GetsockoptInt).Pointer(),
+		"time.Now":              reflect.ValueOf(time.Now).Pointer(),
+	}
+	if w, ok := creflect.MethodByName(reflect.TypeFor[*net.Resolver](), "internetAddrList"); ok {
+		pcs["Resolver.internetAddrList"] = *(*uintptr)(w)
 	}
 	for _, name := range []string{"Read", "Write", "Close"} {
 		m, _ := conn.MethodByName(name)

@@ -20,6 +20,8 @@ const (
 	EnvMode        = "RETRACE_MODE"
 	EnvMockAddr    = "RETRACE_MOCK_ADDR"
 	EnvPassthrough = "RETRACE_PASSTHROUGH"
+	EnvBaffle      = "RETRACE_BAFFLE"
+	EnvRewrite     = "RETRACE_REWRITE"
 	EnvLog         = "RETRACE_LOG"
 )
 
@@ -43,16 +45,48 @@ func FromEnv(getenv func(string) string) (hook.Config, error) {
 		}
 		cfg.MockAddr = v
 	}
-	for _, p := range strings.Split(getenv(EnvPassthrough), ",") {
+	if cfg.Passthrough, err = destList(EnvPassthrough, getenv(EnvPassthrough)); err != nil {
+		return hook.Config{}, err
+	}
+	if cfg.Baffle, err = destList(EnvBaffle, getenv(EnvBaffle)); err != nil {
+		return hook.Config{}, err
+	}
+	for _, item := range strings.Split(getenv(EnvRewrite), ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		from, to, ok := strings.Cut(item, "=")
+		from, to = strings.TrimSpace(from), strings.TrimSpace(to)
+		if !ok || from == "" || to == "" {
+			return hook.Config{}, fmt.Errorf("%s: %q is not FROM=TO", EnvRewrite, item)
+		}
+		if err := hook.CheckDestination(from); err != nil {
+			return hook.Config{}, fmt.Errorf("%s: %w", EnvRewrite, err)
+		}
+		if strings.Contains(to, "/") || hook.CheckDestination(to) != nil {
+			return hook.Config{}, fmt.Errorf("%s: %q: %q is not host:port or a host", EnvRewrite, item, to)
+		}
+		if cfg.Rewrite == nil {
+			cfg.Rewrite = map[string]string{}
+		}
+		cfg.Rewrite[from] = to
+	}
+	return cfg, nil
+}
+
+// destList splits and checks a comma-separated list of destinations.
+func destList(name, v string) ([]string, error) {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
 		}
-		if err := checkHostPort(p); err != nil {
-			return hook.Config{}, fmt.Errorf("%s: %w", EnvPassthrough, err)
+		if err := hook.CheckDestination(p); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		cfg.Passthrough = append(cfg.Passthrough, p)
+		out = append(out, p)
 	}
-	return cfg, nil
+	return out, nil
 }
 
 func parseLevel(s string) (slog.Level, error) {

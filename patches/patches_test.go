@@ -27,6 +27,8 @@ func TestFromEnv(t *testing.T) {
 		mode    hook.Mode
 		mock    string
 		pass    []string
+		baffle  []string
+		rewrite map[string]string
 		wantErr string
 	}{
 		{name: "unset", env: nil, mode: hook.Off},
@@ -37,7 +39,17 @@ func TestFromEnv(t *testing.T) {
 		{name: "bad mode", env: map[string]string{EnvMode: "replya"}, wantErr: `RETRACE_MODE: retrace: mode "replya"`},
 		{name: "bad log", env: map[string]string{EnvMode: "replay", EnvLog: "loud"}, wantErr: `RETRACE_LOG: log level "loud"`},
 		{name: "bad mock", env: map[string]string{EnvMode: "replay", EnvMockAddr: "localhost"}, wantErr: `RETRACE_MOCK_ADDR: "localhost" is not host:port`},
-		{name: "bad passthrough", env: map[string]string{EnvMode: "replay", EnvPassthrough: "127.0.0.1:1,db"}, wantErr: `RETRACE_PASSTHROUGH: "db" is not host:port`},
+		{name: "passthrough names and ranges", env: map[string]string{EnvMode: "replay", EnvPassthrough: "db,10.0.0.0/8,shadow.test:3306,::1"},
+			mode: hook.Replay, pass: []string{"db", "10.0.0.0/8", "shadow.test:3306", "::1"}},
+		{name: "baffle and rewrite", env: map[string]string{EnvMode: "replay", EnvBaffle: "pricing.prod:8081, 10.1.0.0/16",
+			EnvRewrite: "mysql.prod:3306=127.0.0.1:3307, 10.0.0.7:6379 = shadow-redis:6380"},
+			mode: hook.Replay, baffle: []string{"pricing.prod:8081", "10.1.0.0/16"},
+			rewrite: map[string]string{"mysql.prod:3306": "127.0.0.1:3307", "10.0.0.7:6379": "shadow-redis:6380"}},
+		{name: "bad passthrough", env: map[string]string{EnvMode: "replay", EnvPassthrough: "127.0.0.1:1,db!"}, wantErr: `RETRACE_PASSTHROUGH: "db!" is neither host:port`},
+		{name: "bad range", env: map[string]string{EnvMode: "replay", EnvBaffle: "10.0.0.0/33"}, wantErr: `RETRACE_BAFFLE: "10.0.0.0/33" is not a CIDR range`},
+		{name: "bad rewrite", env: map[string]string{EnvMode: "replay", EnvRewrite: "mysql.prod:3306"}, wantErr: `RETRACE_REWRITE: "mysql.prod:3306" is not FROM=TO`},
+		{name: "bad rewrite target", env: map[string]string{EnvMode: "replay", EnvRewrite: "a:1=10.0.0.0/8"}, wantErr: `RETRACE_REWRITE: "a:1=10.0.0.0/8": "10.0.0.0/8" is not host:port or a host`},
+		{name: "bad port", env: map[string]string{EnvMode: "replay", EnvBaffle: "pricing:http2x"}, wantErr: `RETRACE_BAFFLE: "pricing:http2x": bad port`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -50,6 +62,8 @@ func TestFromEnv(t *testing.T) {
 			require.Equal(t, c.mode, cfg.Mode)
 			require.Equal(t, c.mock, cfg.MockAddr)
 			require.Equal(t, c.pass, cfg.Passthrough)
+			require.Equal(t, c.baffle, cfg.Baffle)
+			require.Equal(t, c.rewrite, cfg.Rewrite)
 			require.NotNil(t, cfg.Logger)
 		})
 	}
@@ -114,7 +128,7 @@ func TestInitFromEnvironment(t *testing.T) {
 	require.Equal(t, 1, strings.Count(errOut, "retrace: agent off"), errOut)
 
 	out, errOut = run("RETRACE_MODE=replay", "RETRACE_MOCK_ADDR=127.0.0.1:9")
-	require.Contains(t, out, "mode=replay patched=6")
+	require.Contains(t, out, "mode=replay patched=8")
 	require.NotContains(t, errOut, "retrace:")
 
 	out, _ = run("RETRACE_MODE=")
@@ -124,7 +138,7 @@ func TestInitFromEnvironment(t *testing.T) {
 		// Record mode: conn Read/Write/Close and the HTTP transport; no
 		// connect redirection, no clock.
 		out, errOut = run("RETRACE_MODE=record", "RETRACE_RECORD="+t.TempDir())
-		require.Contains(t, out, "mode=record patched=4")
+		require.Contains(t, out, "mode=record patched=5")
 		require.NotContains(t, out, "err=")
 		require.NotContains(t, out, "stop=")
 		require.NotContains(t, errOut, "retrace: agent off")

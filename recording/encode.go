@@ -75,6 +75,10 @@ func appendCall(b []byte, c *Call) []byte {
 	b = appendString(b, c.Proto)
 	b = append(b, `,"dst":`...)
 	b = appendString(b, c.Dst)
+	if c.Host != "" {
+		b = append(b, `,"host":`...)
+		b = appendString(b, c.Host)
+	}
 	b = append(b, `,"setup":`...)
 	b = strconv.AppendBool(b, c.Setup)
 	if c.Conn != 0 {

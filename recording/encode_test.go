@@ -37,7 +37,9 @@ func TestMarshalMatchesEncodingJSON(t *testing.T) {
 		"escapes": {ID: "a", App: "<&>\"\\\x01\x1f\u2028\u2029\x7f", At: time.Unix(1, 5).In(time.FixedZone("x", 3600)),
 			Inbound: Inbound{Proto: "http", Request: []byte("a\tb\r\nc<d>&\"e\"\\"), Response: []byte{}}},
 		"invalid utf8 in a name": {ID: "a", App: "a\xffb\xc3", At: time.Unix(1, 0).UTC(),
-			Calls: []Call{{Proto: "raw", Dst: "\xfe", Conn: -3, Request: []byte{0xff}, StartNs: -5}}},
+			Calls: []Call{{Proto: "raw", Dst: "\xfe", Host: "h\xff:1", Conn: -3, Request: []byte{0xff}, StartNs: -5}}},
+		"dialled by name": {ID: "a", At: time.Unix(1, 0).UTC(),
+			Calls: []Call{{Proto: "redis", Dst: "10.0.0.7:6379", Host: "cache.prod.svc:6379"}, {Proto: "redis", Dst: "10.0.0.7:6379"}}},
 		"all marks": {ID: "a", V: 1, At: time.Unix(1, 0).UTC(), Inbound: Inbound{RequestTruncated: true, ResponseTruncated: true},
 			Calls: []Call{{Setup: true, RequestTruncated: true, ResponseTruncated: true}}},
 	}
@@ -57,7 +59,7 @@ func FuzzMarshalMatchesEncodingJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, id, app string, req, resp []byte, n int64) {
 		s := &Session{ID: id, App: app, At: time.Unix(0, n).UTC(),
 			Inbound: Inbound{Proto: app, Local: id, Request: req, Response: resp, StartNs: n},
-			Calls:   []Call{{Seq: int(n % 100), Proto: id, Dst: app, Conn: n, Request: resp, Response: req, DurNs: n}}}
+			Calls:   []Call{{Seq: int(n % 100), Proto: id, Dst: app, Host: id, Conn: n, Request: resp, Response: req, DurNs: n}}}
 		sameJSON(t, s)
 	})
 }

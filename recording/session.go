@@ -52,6 +52,11 @@ type Call struct {
 	Seq               int    // order in which calls started, from 0
 	Proto             string // "http", "redis", "mysql" or "raw"
 	Dst               string // original destination, host:port
+	// Host is the destination as the service dialled it ("name:port"),
+	// when it dialled a host name; Dst is then the address it resolved to.
+	// "" when it dialled an address, or in recordings made before the
+	// field (schema v1, additive).
+	Host string
 	Setup             bool   // connection set-up traffic, answered per connection on replay
 	Conn              int64  // optional: connection number within the recording process, 0 if unknown
 	Request           []byte
@@ -82,6 +87,7 @@ type callJSON struct {
 	Seq               int     `json:"seq"`
 	Proto             string  `json:"proto"`
 	Dst               string  `json:"dst"`
+	Host              string  `json:"host,omitempty"`
 	Setup             bool    `json:"setup"`
 	Conn              int64   `json:"conn,omitempty"`
 	Request           *string `json:"request,omitempty"`
@@ -135,7 +141,7 @@ func (in *Inbound) UnmarshalJSON(b []byte) error {
 
 // MarshalJSON implements json.Marshaler with the payload rules of schema v1.
 func (c Call) MarshalJSON() ([]byte, error) {
-	j := callJSON{Seq: c.Seq, Proto: c.Proto, Dst: c.Dst, Setup: c.Setup, Conn: c.Conn, StartNs: c.StartNs, DurNs: c.DurNs,
+	j := callJSON{Seq: c.Seq, Proto: c.Proto, Dst: c.Dst, Host: c.Host, Setup: c.Setup, Conn: c.Conn, StartNs: c.StartNs, DurNs: c.DurNs,
 		RequestTruncated: c.RequestTruncated, ResponseTruncated: c.ResponseTruncated}
 	j.Request, j.RequestB64 = splitPayload(c.Request)
 	j.Response, j.ResponseB64 = splitPayload(c.Response)
@@ -148,7 +154,7 @@ func (c *Call) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*c = Call{Seq: j.Seq, Proto: j.Proto, Dst: j.Dst, Setup: j.Setup, Conn: j.Conn, StartNs: j.StartNs, DurNs: j.DurNs,
+	*c = Call{Seq: j.Seq, Proto: j.Proto, Dst: j.Dst, Host: j.Host, Setup: j.Setup, Conn: j.Conn, StartNs: j.StartNs, DurNs: j.DurNs,
 		Request: joinPayload(j.Request, j.RequestB64), Response: joinPayload(j.Response, j.ResponseB64),
 		RequestTruncated: j.RequestTruncated, ResponseTruncated: j.ResponseTruncated}
 	return nil

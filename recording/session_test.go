@@ -20,7 +20,7 @@ func sampleSession(id string) *Session {
 			Response: []byte("HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n"),
 			DurNs:    5234000},
 		Calls: []Call{
-			{Seq: 0, Proto: "redis", Dst: "127.0.0.1:6379", Request: []byte("*2\r\n$3\r\nGET\r\n$5\r\nstock\r\n"),
+			{Seq: 0, Proto: "redis", Dst: "127.0.0.1:6379", Host: "stock-cache.prod:6379", Request: []byte("*2\r\n$3\r\nGET\r\n$5\r\nstock\r\n"),
 				Response: []byte("$2\r\n42\r\n"), StartNs: 812000, DurNs: 95000},
 			{Seq: 1, Proto: "mysql", Dst: "127.0.0.1:3306", Setup: true, Conn: 3,
 				Request: []byte{0x20, 0, 0, 1, 0xff, 0xfe, 0x00}, Response: []byte{7, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0},

@@ -34,7 +34,7 @@ type outConn struct {
 	arena arena // the bytes of its calls' payloads
 
 	id      uint64
-	dst     string
+	info    *hook.ConnInfo // its Remote and Host: the call's Dst and Host
 	early   []byte  // HTTP: response bytes that came before their request was reported
 	pending []*call // set-up calls waiting for the connection's first session
 	// MySQL: the trace of the request that prepared each live statement.
@@ -47,7 +47,7 @@ type outConn struct {
 	slab  []call // where its next calls are made (see newCall)
 	// to 192 bytes, a size class whose objects start on a cache line (at
 	// 160 they would straddle two every other time)
-	_ [8]byte
+	_ [16]byte
 }
 
 // callSlab is how many calls a connection makes at once: a request
@@ -141,7 +141,7 @@ func snapshotCalls(calls []*call, base int64) []recording.Call {
 // snapshotLocked returns the call as recorded so far, start relative to
 // base (called with c.oc.mu held).
 func (c *call) snapshotLocked(base int64) recording.Call {
-	return recording.Call{Proto: c.oc.proto, Dst: c.oc.dst, Setup: c.setup, Conn: int64(c.oc.id),
+	return recording.Call{Proto: c.oc.proto, Dst: c.oc.info.Remote, Host: c.oc.info.Host, Setup: c.setup, Conn: int64(c.oc.id),
 		Request: c.req.view(), Response: c.resp.view(), StartNs: c.start - base, DurNs: c.end - c.start,
 		RequestTruncated: c.req.truncated, ResponseTruncated: c.resp.truncated}
 }
@@ -165,7 +165,7 @@ func newOutConn(c *hook.ConnInfo) *outConn {
 	if c.Inbound {
 		return nil // its Data is an *inbound
 	}
-	oc := &outConn{id: c.ID, dst: c.Remote}
+	oc := &outConn{id: c.ID, info: c}
 	if !c.Data.CompareAndSwap(nil, oc) {
 		oc, _ = c.Data.Load().(*outConn) // another goroutine made it first
 	}

@@ -599,7 +599,8 @@ func TestStmtCloseAfterPrepareReadInPieces(t *testing.T) {
 // it, each with its own connection's bytes, however their connections
 // interleave — past the 64 calls whose connections are read together too.
 func TestSnapshotCalls(t *testing.T) {
-	conns := []*outConn{{id: 1, dst: "a:1", proto: protoRedis}, {id: 2, dst: "b:2", proto: protoMySQL}, {id: 3, dst: "c:3", proto: protoHTTP}}
+	conns := []*outConn{{id: 1, info: &hook.ConnInfo{Remote: "10.0.0.1:1", Host: "a:1"}, proto: protoRedis},
+		{id: 2, info: &hook.ConnInfo{Remote: "10.0.0.2:2"}, proto: protoMySQL}, {id: 3, info: &hook.ConnInfo{Remote: "10.0.0.3:3", Host: "c:3"}, proto: protoHTTP}}
 	var ar arena
 	var calls []*call
 	const n = 150
@@ -621,7 +622,8 @@ func TestSnapshotCalls(t *testing.T) {
 		require.NoError(t, err)
 		oc := calls[k].oc
 		assert.Equal(t, int64(oc.id), c.Conn, "call %d", k)
-		assert.Equal(t, oc.dst, c.Dst)
+		assert.Equal(t, oc.info.Remote, c.Dst)
+		assert.Equal(t, oc.info.Host, c.Host)
 		assert.Equal(t, oc.proto, c.Proto)
 		assert.Equal(t, calls[k].start-5, c.StartNs)
 		assert.Equal(t, calls[k].end-calls[k].start, c.DurNs)

@@ -67,7 +67,8 @@ type Config struct {
 	// shadow database, the service's own clients in tests): "host:port", a
 	// bare host name or address (any port), or a CIDR range. A host name
 	// matches dials of that name, and the addresses it resolves to at
-	// Install when it resolves. Nil means none.
+	// Install when it resolves (names in Baffle and Rewrite are not
+	// resolved: they match dials by name). Nil means none.
 	Passthrough []string
 	// Baffle, when not empty, limits replay mode's redirection to these
 	// destinations (the same forms as Passthrough): only they go to the
@@ -244,11 +245,11 @@ func (c Config) resolve() (*resolvedConfig, error) {
 			rc.mockName = strings.ToLower(h)
 		}
 	}
-	if rc.pass, err = parseDestSet("pass-through destination", c.Passthrough); err != nil {
+	if rc.pass, err = parseDestSet("pass-through destination", c.Passthrough, true); err != nil {
 		return nil, err
 	}
 	if len(c.Baffle) > 0 {
-		if rc.baffled, err = parseDestSet("baffled destination", c.Baffle); err != nil {
+		if rc.baffled, err = parseDestSet("baffled destination", c.Baffle, false); err != nil {
 			return nil, err
 		}
 		if rc.baffled.empty() {

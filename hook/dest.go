@@ -12,13 +12,14 @@ import (
 // RETRACE_BAFFLE name them: "host:port" (an address, or a host name and
 // port), a bare host name or address (any port), or a CIDR range (any
 // port). A host name matches a connection the service dialled by that name
-// (see resolve.go) and, when the name resolved at Install, connections to
-// the addresses it resolved to.
+// (see resolve.go); in a pass-through list, also connections to the
+// addresses it resolves to at Install, when it resolves.
 type destSet struct {
 	addrs    map[netip.AddrPort]bool
 	ips      map[netip.Addr]bool
 	prefixes []netip.Prefix
 	names    map[string]bool // lower-case "name:port", or "name" for any port
+	resolve  bool            // names' addresses are in addrs too
 }
 
 func (s *destSet) empty() bool {
@@ -52,8 +53,8 @@ func (s *destSet) hasName(name string, port uint16) bool {
 
 // parseDestSet parses the items of a destination list; what names the
 // list (a variable or field) comes first in errors.
-func parseDestSet(what string, items []string) (*destSet, error) {
-	s := &destSet{addrs: map[netip.AddrPort]bool{}, ips: map[netip.Addr]bool{}, names: map[string]bool{}}
+func parseDestSet(what string, items []string, resolve bool) (*destSet, error) {
+	s := &destSet{addrs: map[netip.AddrPort]bool{}, ips: map[netip.Addr]bool{}, names: map[string]bool{}, resolve: resolve}
 	for _, it := range items {
 		if it = strings.TrimSpace(it); it == "" {
 			continue
@@ -98,10 +99,14 @@ func (s *destSet) add(it string) error {
 		return fmt.Errorf("%q: %q is not a host name", it, host)
 	}
 	s.names[strings.ToLower(host)+":"+strconv.Itoa(int(pn))] = true
-	// A name that resolves here also matches connections to its
-	// addresses (a service configured with the address, a client that
-	// resolves by itself); one that does not (a production name in CI) is
-	// matched by name only.
+	// A pass-through name that resolves here also matches connections to
+	// its addresses (a client that resolves by itself), as before names
+	// were matched by name. Baffled and rewritten names are production
+	// names that need not resolve where the replay runs: asking DNS for
+	// them at start could take its timeout.
+	if !s.resolve {
+		return nil
+	}
 	if aps, err := resolveAddr(it); err == nil {
 		for _, ap := range aps {
 			s.addrs[ap] = true
@@ -159,7 +164,7 @@ func parseRewrites(m map[string]string) ([]*rewriteRule, error) {
 	var out []*rewriteRule
 	for from, to := range m {
 		from, to = strings.TrimSpace(from), strings.TrimSpace(to)
-		set, err := parseDestSet("rewrite", []string{from})
+		set, err := parseDestSet("rewrite", []string{from}, false)
 		if err != nil {
 			return nil, err
 		}

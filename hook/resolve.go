@@ -113,6 +113,10 @@ func (e *engine) routeDial(network, name string, port uint16) (out []net.Addr, o
 			}
 			out = append(out, &net.TCPAddr{IP: net.IP(a.AsSlice()).To16(), Port: int(to.Port())})
 		}
+		if len(out) > 0 {
+			counters.rewritten.Add(1)
+			e.debugOnce("rewrite:"+name, "rewriting connections", "dst", name, "to", to.String())
+		}
 		return out, len(out) > 0
 	case routeMock:
 		if network == "tcp6" {

@@ -96,11 +96,27 @@ func (ix *index) add(s *recording.Session) {
 	ix.sessions[s.ID] = &sessionEntry{s: s}
 	for i := range s.Calls {
 		c := &s.Calls[i]
+		// A call names its destination as dialled (Host, when the service
+		// dialled a name) and as resolved (Dst). A replay that does not
+		// resolve the name (the agent sends named dials to the mock
+		// unresolved) finds it under the name, which is the one state of
+		// both when the name is known.
 		d := ix.dsts[c.Dst]
+		if c.Host != "" {
+			if h := ix.dsts[c.Host]; h != nil {
+				d = h
+			}
+		}
 		if d == nil {
 			d = &dstInfo{proto: c.Proto}
+		}
+		if ix.dsts[c.Dst] == nil {
 			ix.dsts[c.Dst] = d
-		} else if d.proto == protoRaw && c.Proto != protoRaw {
+		}
+		if c.Host != "" && ix.dsts[c.Host] == nil {
+			ix.dsts[c.Host] = d
+		}
+		if d.proto == protoRaw && c.Proto != protoRaw {
 			// A protocol the recorder recognised on any connection to dst
 			// outranks "raw" (a connection whose start it did not see).
 			d.proto = c.Proto
@@ -288,9 +304,16 @@ func (ix *index) buildUnits(s *recording.Session) map[string]*dstUnits {
 			}
 			return ix.stmtSQL(c.Dst, id)
 		}
-		du := out[c.Dst]
+		key := c.Dst // (by name when dialled by name, as in add)
+		if c.Host != "" {
+			key = c.Host
+		}
+		du := out[key]
 		if du == nil {
 			du = &dstUnits{byOp: map[string][]int{}}
+			out[key] = du
+		}
+		if out[c.Dst] == nil {
 			out[c.Dst] = du
 		}
 		for _, u := range splitCall(c, lookup) {

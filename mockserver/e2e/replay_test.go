@@ -90,9 +90,19 @@ var netSeq int
 
 func openDB(t *testing.T, dial func(ctx context.Context, network, addr string) (net.Conn, error), dbName string) *sql.DB {
 	t.Helper()
+	return openDBAt(t, dial, "", dbName)
+}
+
+// openDBAt is openDB with the server's address as given ("" for the
+// DSN's).
+func openDBAt(t *testing.T, dial func(ctx context.Context, network, addr string) (net.Conn, error), addr, dbName string) *sql.DB {
+	t.Helper()
 	cfg, err := mysql.ParseDSN(testenv.MySQLDSN(t))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if addr != "" {
+		cfg.Addr = addr
 	}
 	if dial != nil {
 		netSeq++
@@ -180,15 +190,15 @@ func TestReplayThroughAgent(t *testing.T) {
 	}
 
 	srv := mocktest.NewServer(t, mockserver.Config{}, rec.Sessions()...)
-	replayThroughAgent(t, srv, redisAddr, dbName, "retrace-e2e-"+nonce, ds.URL, tid, want)
+	replayThroughAgent(t, srv, redisAddr, "", dbName, "retrace-e2e-"+nonce, ds.URL, tid, want)
 }
 
 // newService returns the service under test: an HTTP handler doing work(i)
 // for GET /work?i=N, with fresh client pools that dial the real addresses.
-func newService(t *testing.T, redisAddr, dbName, prefix, base string) (*http.Server, *clients) {
+func newService(t *testing.T, redisAddr, dbAddr, dbName, prefix, base string) (*http.Server, *clients) {
 	c := &clients{prefix: prefix, base: base,
 		redis: goredis.NewClient(&goredis.Options{Addr: redisAddr, PoolSize: 8, MaxRetries: -1}),
-		db:    openDB(t, nil, dbName),
+		db:    openDBAt(t, nil, dbAddr, dbName),
 		http:  &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}, Timeout: 10 * time.Second}}
 	return &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		i, _ := strconv.Atoi(r.URL.Query().Get("i"))
@@ -229,13 +239,13 @@ func drive(addr string, hdr func(i int) string) []string {
 // replayThroughAgent runs the service under the agent in replay mode with
 // every downstream answered by srv, replays the 128 requests concurrently
 // and checks they got their recorded answers.
-func replayThroughAgent(t *testing.T, srv *mockserver.Server, redisAddr, dbName, prefix, base string, tid func(int) string, want []string) {
+func replayThroughAgent(t *testing.T, srv *mockserver.Server, redisAddr, dbAddr, dbName, prefix, base string, tid func(int) string, want []string) {
 	t.Helper()
 	sutLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sut, c := newService(t, redisAddr, dbName, prefix, base) // base is closed by now: the mock answers for it
+	sut, c := newService(t, redisAddr, dbAddr, dbName, prefix, base) // base is closed by now: the mock answers for it
 	undo, err := hook.Install(hook.Config{Mode: hook.Replay, MockAddr: srv.Addr(), NoClock: true,
 		Passthrough: []string{sutLn.Addr().String(), strings.TrimPrefix(srv.AdminURL(), "http://")}})
 	if err != nil {
@@ -332,7 +342,7 @@ func TestRecordAndReplayThroughAgent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("installing the agent: %v", err)
 	}
-	sut, c := newService(t, redisAddr, dbName, prefix, ds.URL)
+	sut, c := newService(t, redisAddr, "", dbName, prefix, ds.URL)
 	var serveWG sync.WaitGroup
 	serveWG.Go(func() { sut.Serve(sutLn) })
 	want := drive(sutLn.Addr().String(), func(i int) string {
@@ -365,5 +375,118 @@ func TestRecordAndReplayThroughAgent(t *testing.T) {
 	if err != nil || n < traces {
 		t.Fatalf("loaded %d sessions (%v), want at least %d; recorder stats %+v", n, err, traces, recorder.Stats())
 	}
-	replayThroughAgent(t, srv, redisAddr, dbName, prefix, ds.URL, tid, want)
+	replayThroughAgent(t, srv, redisAddr, "", dbName, prefix, ds.URL, tid, want)
+}
+
+// TestReplayNamesThatNoLongerResolve: the service dials its downstreams by
+// host name (Redis, MariaDB and the HTTP downstream, each a name a test DNS
+// server resolves to the real server while recording). The recording names
+// each call's destination both ways. Then the DNS server stops, as in a CI
+// where production names do not resolve, and the replay through the agent
+// still passes: named dials reach the mock unresolved, carrying the name.
+func TestReplayNamesThatNoLongerResolve(t *testing.T) {
+	ctx := context.Background()
+	redisAddr := testenv.RedisAddr(t)
+	dbCfg, err := mysql.ParseDSN(testenv.MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbName := scratchDB(t)
+	nonce := trace.NewID()[:8]
+	prefix := "retrace-e2e-dns-" + nonce
+	ds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "item %s %s", r.URL.Path, trace.NewID()[:8])
+	}))
+	named := func(addr, name string) string {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || host != "127.0.0.1" {
+			t.Skipf("the servers must listen on 127.0.0.1 for the test's DNS names (%s)", addr)
+		}
+		return name + ":" + port
+	}
+	dns := agenttest.NewDNSServer(t, map[string]string{"cache.prod.retrace.test": "127.0.0.1",
+		"orders-db.prod.retrace.test": "127.0.0.1", "items.prod.retrace.test": "127.0.0.1"})
+	agenttest.UseDNS(t, dns)
+	redisName := named(redisAddr, "cache.prod.retrace.test")
+	dbName2 := named(dbCfg.Addr, "orders-db.prod.retrace.test")
+	base := "http://" + named(strings.TrimPrefix(ds.URL, "http://"), "items.prod.retrace.test")
+
+	tids := make([]string, traces)
+	for i := range tids {
+		tids[i] = trace.NewID()
+	}
+	dir := t.TempDir()
+	store, err := recording.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sampler, _ := recording.NewSampler(1)
+	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: sampler})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorder, err := capture.New(capture.Config{Pipeline: pipe, App: "e2e-dns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sutLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	undo, err := hook.Install(hook.Config{Mode: hook.Record, Recorder: recorder})
+	if err != nil {
+		t.Fatalf("installing the agent: %v", err)
+	}
+	sut, c := newService(t, redisName, dbName2, dbName, prefix, base)
+	var serveWG sync.WaitGroup
+	serveWG.Go(func() { sut.Serve(sutLn) })
+	want := drive(sutLn.Addr().String(), func(i int) string {
+		return fmt.Sprintf("traceparent: 00-%s-%016x-01", tids[i], i+1)
+	})
+	sut.Close()
+	serveWG.Wait()
+	c.close()
+	undo()
+	ds.Close()
+	if err := recorder.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(w, fmt.Sprintf("v%d-", i)) {
+			t.Fatalf("recording request %d: %s", i, w)
+		}
+	}
+	if dns.Queries() == 0 {
+		t.Fatal("the service resolved nothing through the test's DNS server")
+	}
+	dns.Stop()
+	if _, err := net.DefaultResolver.LookupHost(ctx, "cache.prod.retrace.test"); err == nil {
+		t.Fatal("the name still resolves with the DNS server stopped")
+	}
+
+	srv := mocktest.NewServer(t, mockserver.Config{})
+	rd, err := recording.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := map[string]string{}
+	n, err := srv.Load(ctx, func(ctx context.Context, yield func(*recording.Session) error) error {
+		return rd.Scan(ctx, func(s *recording.Session) error {
+			for _, c := range s.Calls {
+				if c.Host != "" {
+					hosts[c.Host] = c.Dst
+				}
+			}
+			return yield(s)
+		})
+	})
+	rd.Close()
+	if err != nil || n < traces {
+		t.Fatalf("loaded %d sessions (%v), want at least %d", n, err, traces)
+	}
+	wantHosts := map[string]string{redisName: redisAddr, dbName2: dbCfg.Addr, strings.TrimPrefix(base, "http://"): strings.TrimPrefix(ds.URL, "http://")}
+	if fmt.Sprint(hosts) != fmt.Sprint(wantHosts) {
+		t.Fatalf("recorded destinations (as dialled → as resolved) %v, want %v", hosts, wantHosts)
+	}
+	replayThroughAgent(t, srv, redisName, dbName2, dbName, prefix, base, func(i int) string { return tids[i] }, want)
 }

@@ -48,6 +48,14 @@ func (s *Server) Handler() http.Handler {
 		ts, rec := s.traces.lookup(id)
 		writeJSON(w, http.StatusOK, s.report(ts, id, rec))
 	})
+	mux.HandleFunc("GET /answers", func(w http.ResponseWriter, r *http.Request) {
+		a, err := s.metrics.answers.snapshot()
+		if err != nil {
+			httpError(w, http.StatusInternalServerError, "GET /answers: %v", err)
+			return
+		}
+		writeJSON(w, http.StatusOK, a)
+	})
 	mux.HandleFunc("GET /missing", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.traces.missingList())
 	})

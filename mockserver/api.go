@@ -11,9 +11,11 @@ import "github.com/retrace-dev/retrace/recording"
 //	DELETE /traces/{trace}            forget what was observed for a trace (and its alias)
 //	GET    /traces/{trace}            TraceReport
 //	GET    /missing                   []MissingMock, every request no recording answered
+//	GET    /answers                   AnswerTimes: how long the server took per answer
 //
 // A trace id equal to a recording's id selects that recording without an
-// alias.
+// alias, and so does a derived alias "REC._SUFFIX" (trace.Alias) of a
+// recording REC, each with a trace state of its own.
 
 // Alias registers Trace as another name of the recording Recording, so one
 // recording can be replayed several times at once.
@@ -72,4 +74,21 @@ type MissingMock struct {
 	Dst     string `json:"dst"`
 	Request []byte `json:"request"`
 	Reason  string `json:"reason"`
+}
+
+// AnswerTimes is the distribution of the time the server took to find and
+// build each answer since it started (the latency a mock adds to a load
+// test, besides the network): set-up and missing-mock answers included,
+// answers held for causal order counted without the hold.
+type AnswerTimes struct {
+	Answers int64   `json:"answers"`
+	P50Us   float64 `json:"p50_us"`
+	P90Us   float64 `json:"p90_us"`
+	P99Us   float64 `json:"p99_us"`
+	P999Us  float64 `json:"p999_us"`
+	MaxUs   float64 `json:"max_us"`
+	// Hist is the distribution in nanoseconds (1 ns to 10 s, 3 significant
+	// digits), HdrHistogram V2 compressed and base64: two snapshots
+	// subtract to the answers between them, and replicas merge exactly.
+	Hist string `json:"hist"`
 }

@@ -251,6 +251,7 @@ func (c *conn) process() error {
 		closeAfter := c.answer(&r)
 		c.clock = c.s.now()
 		c.s.metrics.latency.Observe((c.clock - start).Seconds())
+		c.s.metrics.answers.record(c.clock - start)
 		c.awaitSent()
 		off += n
 		if r.quit || closeAfter {

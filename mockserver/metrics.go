@@ -1,6 +1,13 @@
 package mockserver
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	hdr "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // metrics are the server's Prometheus metrics, in a registry of its own so
 // several servers (tests) never collide.
@@ -16,6 +23,7 @@ type metrics struct {
 	holds        prometheus.Counter
 	holdsGivenUp prometheus.Counter
 	sessions     prometheus.GaugeFunc
+	answers      answerTimes
 }
 
 func newMetrics(sessions func() float64) *metrics {
@@ -45,4 +53,71 @@ func newMetrics(sessions func() float64) *metrics {
 	}
 	m.reg.MustRegister(m.requests, m.matches, m.misses, m.open, m.conns, m.connErrors, m.latency, m.holds, m.holdsGivenUp, m.sessions)
 	return m
+}
+
+// answerTimes is the exact distribution of answer times behind
+// AnswerTimes (the Prometheus histogram's buckets are too coarse for
+// percentiles of microseconds).
+type answerTimes struct {
+	mu sync.Mutex
+	h  *hdr.Histogram // nil until the first answer
+}
+
+// Geometry of answer-time histograms: nanoseconds, 1 ns to 10 s.
+const (
+	answerLowest  = 1
+	answerHighest = int64(10 * time.Second)
+	answerDigits  = 3
+)
+
+// NewAnswerHistogram returns an empty histogram with the geometry of
+// AnswerTimes.Hist.
+func NewAnswerHistogram() *hdr.Histogram { return hdr.New(answerLowest, answerHighest, answerDigits) }
+
+func (a *answerTimes) record(d time.Duration) {
+	ns := min(max(int64(d), answerLowest), answerHighest)
+	a.mu.Lock()
+	if a.h == nil {
+		a.h = NewAnswerHistogram()
+	}
+	_ = a.h.RecordValue(ns) // in range by construction
+	a.mu.Unlock()
+}
+
+func (a *answerTimes) snapshot() (AnswerTimes, error) {
+	a.mu.Lock()
+	h := NewAnswerHistogram()
+	if a.h != nil {
+		h.Merge(a.h)
+	}
+	a.mu.Unlock()
+	return SummarizeAnswers(h)
+}
+
+// SummarizeAnswers returns the AnswerTimes of a histogram of answer
+// times in nanoseconds (NewAnswerHistogram's geometry).
+func SummarizeAnswers(h *hdr.Histogram) (AnswerTimes, error) {
+	b, err := h.Encode(hdr.V2CompressedEncodingCookieBase)
+	if err != nil {
+		return AnswerTimes{}, fmt.Errorf("encoding answer times: %w", err)
+	}
+	us := func(q float64) float64 { return float64(h.ValueAtQuantile(q)) / 1e3 }
+	return AnswerTimes{Answers: h.TotalCount(), P50Us: us(50), P90Us: us(90), P99Us: us(99), P999Us: us(99.9),
+		MaxUs: float64(h.Max()) / 1e3, Hist: string(b)}, nil
+}
+
+// DecodeAnswers decodes AnswerTimes.Hist, checking its geometry.
+func DecodeAnswers(s string) (*hdr.Histogram, error) {
+	if s == "" {
+		return NewAnswerHistogram(), nil
+	}
+	h, err := hdr.Decode([]byte(s))
+	if err != nil {
+		return nil, fmt.Errorf("answer times: %w", err)
+	}
+	if h.LowestTrackableValue() != answerLowest || h.HighestTrackableValue() != answerHighest || h.SignificantFigures() != answerDigits {
+		return nil, fmt.Errorf("answer times: histogram of another geometry (%d–%d, %d digits)",
+			h.LowestTrackableValue(), h.HighestTrackableValue(), h.SignificantFigures())
+	}
+	return h, nil
 }

@@ -23,6 +23,9 @@ type Server struct {
 	traces  *traceTable
 	metrics *metrics
 
+	fetchMu sync.Mutex
+	fetches map[string]*fetch // Lookups in progress, by recording id
+
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -49,7 +52,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, idx: newIndex(), traces: newTraceTable(cfg.MaxMissing),
-		conns: map[net.Conn]struct{}{}}
+		conns: map[net.Conn]struct{}{}, fetches: map[string]*fetch{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.epoch = time.Now().Add(-time.Nanosecond)
 	s.metrics = newMetrics(func() float64 { return float64(s.idx.count()) })

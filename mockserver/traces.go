@@ -6,7 +6,12 @@ import (
 	"sync/atomic"
 
 	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/trace"
 )
+
+// traceAliasOf is trace.AliasOf, under a name that the parameters called
+// trace below do not shadow.
+var traceAliasOf = trace.AliasOf
 
 // traceTable holds the state of every trace seen, and the aliases the
 // replayer registered.
@@ -101,18 +106,24 @@ func (s *Server) trace(ctx context.Context, tid string) *traceState {
 	tt.mu.RLock()
 	recID, ok := tt.aliases[tid]
 	tt.mu.RUnlock()
+	cands := []string{recID}
 	if !ok {
-		recID = tid
-	}
-	e := s.idx.session(recID)
-	if e == nil && s.cfg.Lookup != nil {
-		sess, err := s.cfg.Lookup(ctx, recID)
-		if err != nil {
-			s.log.Warn("looking up recording", "recording", recID, "trace", tid, "err", err)
-		} else if sess != nil {
-			s.idx.add(sess)
-			e = s.idx.session(recID)
+		// A derived alias names its recording (DESIGN.md 3.2); an id that
+		// only looks like one is still a recording's own id.
+		cands = []string{tid}
+		if rec, derived := trace.AliasOf(tid); derived {
+			cands = []string{rec, tid}
 		}
+	}
+	var e *sessionEntry
+	for _, id := range cands {
+		if e = s.recording(ctx, id, tid); e != nil {
+			recID = id
+			break
+		}
+	}
+	if e == nil {
+		recID = cands[0]
 	}
 	ts = &traceState{id: tid, recID: recID, entry: e, used: map[string][]bool{}, cursor: map[string]map[string]int{}}
 	tt.mu.Lock()
@@ -123,6 +134,43 @@ func (s *Server) trace(ctx context.Context, tid string) *traceState {
 	tt.traces[tid] = ts
 	return ts
 }
+
+// recording returns the loaded recording id, fetching it through
+// Config.Lookup when it is not loaded (once, however many traces of it
+// start at the same time); nil when there is none.
+func (s *Server) recording(ctx context.Context, id, tid string) *sessionEntry {
+	e := s.idx.session(id)
+	if e != nil || s.cfg.Lookup == nil {
+		return e
+	}
+	s.fetchMu.Lock()
+	f := s.fetches[id]
+	if f == nil {
+		f = &fetch{done: make(chan struct{})}
+		s.fetches[id] = f
+		s.fetchMu.Unlock()
+		sess, err := s.cfg.Lookup(ctx, id)
+		if err != nil {
+			s.log.Warn("looking up recording", "recording", id, "trace", tid, "err", err)
+		} else if sess != nil {
+			s.idx.add(sess)
+		}
+		s.fetchMu.Lock()
+		delete(s.fetches, id)
+		s.fetchMu.Unlock()
+		close(f.done)
+	} else {
+		s.fetchMu.Unlock()
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+		}
+	}
+	return s.idx.session(id)
+}
+
+// fetch is a Lookup in progress.
+type fetch struct{ done chan struct{} }
 
 // setAlias makes trace another name of recording rec and forgets what was
 // observed under that trace before.
@@ -149,7 +197,13 @@ func (tt *traceTable) lookup(trace string) (*traceState, string) {
 	if !ok {
 		rec = trace
 	}
-	return tt.traces[trace], rec
+	ts := tt.traces[trace]
+	if ts != nil {
+		rec = ts.recID
+	} else if r, derived := traceAliasOf(trace); !ok && derived {
+		rec = r
+	}
+	return ts, rec
 }
 
 func (tt *traceTable) addMissing(m MissingMock) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +42,10 @@ func runLoad(ctx context.Context, p *proc, args []string) error {
 	timeout := fs.Duration("timeout", 30*time.Second, "per-request timeout")
 	failStatus := fs.Int("fail-status", 500, "lowest HTTP status counted as an error")
 	progress := fs.String("progress", "auto", "auto (live line on a terminal, else a log line every 10s), live, log, off")
+	traceIDs := fs.Bool("trace-ids", false, "send each HTTP request with Retrace-Trace-Id, a fresh alias of the recording it came from: a service in replay mode (RETRACE_BAFFLE) answers its baffled calls from that request's recording")
+	replayTime := fs.Bool("replay-time", false, "with --trace-ids: also send Retrace-Replay-Time, so the service's clock reads as when the request was recorded")
+	var mockAdmins listFlag
+	fs.Var(&mockAdmins, "mock-admin", "admin URL of a mock server answering the target's baffled calls (repeatable, comma-separated): its answer times during the run go into the results")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -85,7 +90,11 @@ func runLoad(ctx context.Context, p *proc, args []string) error {
 	if execConc <= 0 {
 		execConc = 256
 	}
-	exec, err := load.NewExecutor(*target, load.ExecutorConfig{Concurrency: execConc, Timeout: *timeout, FailStatus: *failStatus})
+	if *replayTime && !*traceIDs {
+		return usageError("--replay-time needs --trace-ids")
+	}
+	exec, err := load.NewExecutor(*target, load.ExecutorConfig{Concurrency: execConc, Timeout: *timeout, FailStatus: *failStatus,
+		Traces: *traceIDs, ReplayTime: *replayTime})
 	if err != nil {
 		return usageError("%v", err)
 	}
@@ -129,10 +138,19 @@ func runLoad(ctx context.Context, p *proc, args []string) error {
 	if inName == "-" {
 		inName = "stdin"
 	}
+	watch, err := load.WatchMocks(ctx, mockAdmins)
+	if err != nil {
+		ts.Close()
+		errs.Close()
+		return err
+	}
 	res, runErr := load.Run(ctx, cfg, load.NewReader(in, inName))
 	closeErr := errors.Join(ts.Close(), errs.Close())
 	if res == nil {
 		return errors.Join(runErr, closeErr)
+	}
+	if res.Mock, err = watch.Stop(context.WithoutCancel(ctx)); err != nil {
+		closeErr = errors.Join(closeErr, err)
 	}
 	rw, err := dir.Create(ctx, path.Join(sub, load.ResultsFile))
 	if err != nil {
@@ -144,6 +162,10 @@ func runLoad(ctx context.Context, p *proc, args []string) error {
 	fmt.Fprintf(p.Stderr, "load: shard %s: %d sent, %d errors, %.1f req/s over %.1fs, p50 %.2fms p99 %.2fms max %.2fms; results in %s\n",
 		res.Shard, res.Sent, t.Errors, float64(t.Count)/res.Ended.Sub(res.Started).Seconds(), res.Ended.Sub(res.Started).Seconds(),
 		t.P50Ms, t.P99Ms, t.MaxMs, dir.Path(sub))
+	for _, m := range res.Mock {
+		fmt.Fprintf(p.Stderr, "load: mock %s: %d answers, p50 %.1fµs p99 %.1fµs max %.1fµs per answer\n",
+			m.Admin, m.Answers, m.P50Us, m.P99Us, m.MaxUs)
+	}
 	if res.Late > 0 {
 		fmt.Fprintf(p.Stderr, "load: %d requests were sent more than %v after their intended time (raise --concurrency or add shards); their latency counts from the intended time\n",
 			res.Late, load.LateAfter)
@@ -201,4 +223,18 @@ func (pp *progressPrinter) print(pg load.Progress) {
 	case !pg.Final:
 		fmt.Fprintf(pp.w, "load: %s\n", line)
 	}
+}
+
+// listFlag is a repeatable flag of comma-separated values.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(s string) error {
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*l = append(*l, v)
+		}
+	}
+	return nil
 }

@@ -38,6 +38,9 @@ type Run struct {
 	Total    *Merged
 	APIs     map[string]*Merged
 	Seconds  []Second // sorted by T
+	// Mock is every shard's reading of the mock servers that answered the
+	// target's baffled calls (load.MockAnswers); empty for a run without.
+	Mock []load.MockAnswers
 }
 
 // Merged is the exact merge of one API's (or all) shard histograms.
@@ -180,6 +183,7 @@ func (run *Run) addResults(res *load.Results, src string) error {
 	run.Sent += res.Sent
 	run.Late += res.Late
 	run.BadLines += res.BadLines
+	run.Mock = append(run.Mock, res.Mock...)
 	if err := run.Total.add(res.Total, src); err != nil {
 		return err
 	}
@@ -267,6 +271,20 @@ type Summary struct {
 	BadLines  int64    `json:"bad_lines"`
 	Total     Entry    `json:"total"`
 	APIs      []Entry  `json:"apis"` // by count, descending
+	// Mock is the time the mock servers took per answer during the run
+	// (write-path load tests; each mock counted once), with how many.
+	Mock *MockEntry `json:"mock,omitempty"`
+}
+
+// MockEntry is the mock servers' answer times of a run.
+type MockEntry struct {
+	Mocks   int     `json:"mocks"`
+	Answers int64   `json:"answers"`
+	P50Us   float64 `json:"p50_us"`
+	P90Us   float64 `json:"p90_us"`
+	P99Us   float64 `json:"p99_us"`
+	P999Us  float64 `json:"p999_us"`
+	MaxUs   float64 `json:"max_us"`
 }
 
 func entry(api string, m *Merged, secs float64) Entry {
@@ -294,6 +312,15 @@ func Summarize(run *Run) *Summary {
 		APIs: []Entry{}}
 	for name, m := range run.APIs {
 		s.APIs = append(s.APIs, entry(name, m, secs))
+	}
+	if len(run.Mock) > 0 {
+		mocks := map[string]bool{}
+		for _, m := range run.Mock {
+			mocks[m.Admin] = true
+		}
+		if a, err := load.MergeMockAnswers(run.Mock); err == nil {
+			s.Mock = &MockEntry{Mocks: len(mocks), Answers: a.Answers, P50Us: a.P50Us, P90Us: a.P90Us, P99Us: a.P99Us, P999Us: a.P999Us, MaxUs: a.MaxUs}
+		}
 	}
 	sort.Slice(s.APIs, func(i, j int) bool {
 		if s.APIs[i].Count != s.APIs[j].Count {

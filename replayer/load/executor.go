@@ -33,6 +33,18 @@ type ExecutorConfig struct {
 	// FailStatus is the lowest HTTP status counted as an error. Zero means
 	// 500 (5xx fail, 4xx do not: production traffic has its own 404s).
 	FailStatus int
+	// Traces sends each HTTP request with Retrace-Trace-Id: a fresh
+	// derived alias (trace.Alias) of the recording it came from (its ID),
+	// so a service in replay mode answers the calls it sends to the mock
+	// server from that request's own recording, however often it is sent.
+	// A request whose ID is no recording id then fails. The zero value
+	// sends no trace ids.
+	Traces bool
+	// ReplayTime also sends Retrace-Replay-Time, the request's recorded
+	// time (At), so that the service's clock reads as when it was
+	// recorded (time mocking). Only with Traces; the zero value leaves the
+	// service's clock alone.
+	ReplayTime bool
 }
 
 func (c ExecutorConfig) withDefaults() ExecutorConfig {

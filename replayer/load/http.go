@@ -5,13 +5,56 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/retrace-dev/retrace/trace"
 )
+
+// The headers of DESIGN.md 3.2, as net/http canonicalises them.
+const (
+	traceHeader      = "Retrace-Trace-Id"
+	replayTimeHeader = "Retrace-Replay-Time"
+)
+
+// traceIDs hands out the trace ids of ExecutorConfig.Traces: the
+// recording's id, "._", a per-process random tag and a sequence number in
+// base 36. The tag keeps the ids of two runs against one mock server (or of
+// two shards) apart; the sequence, those of one run.
+type traceIDs struct {
+	tag string
+	seq atomic.Uint64
+}
+
+func newTraceIDs(on bool) *traceIDs {
+	if !on {
+		return nil
+	}
+	const digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+	b := make([]byte, 5)
+	for i := range b {
+		b[i] = digits[rand.IntN(len(digits))]
+	}
+	return &traceIDs{tag: string(b)}
+}
+
+func (t *traceIDs) next(rec string) (string, error) {
+	if rec == "" {
+		return "", fmt.Errorf("request has no recording id to send it under (extract it from recordings, which keeps each session's id)")
+	}
+	tid, ok := trace.Alias(rec, t.tag+strconv.FormatUint(t.seq.Add(1), 36))
+	if !ok {
+		return "", fmt.Errorf("request id %q is not a recording id a trace id can derive from (1-%d of [0-9A-Za-z._-], leaving room for a suffix)", rec, trace.MaxIDLen-12)
+	}
+	return tid, nil
+}
 
 // HTTPExecutor sends KindHTTP requests with a keep-alive client whose pool
 // holds as many connections as requests in flight.
@@ -21,6 +64,8 @@ type HTTPExecutor struct {
 	transport  *http.Transport
 	failStatus int
 	closeOnce  sync.Once
+	traces     *traceIDs // nil: no trace ids sent
+	replayTime bool
 }
 
 var _ Executor = (*HTTPExecutor)(nil)
@@ -60,6 +105,8 @@ func NewHTTPExecutor(target string, cfg ExecutorConfig) (*HTTPExecutor, error) {
 			},
 		},
 		failStatus: cfg.FailStatus,
+		traces:     newTraceIDs(cfg.Traces),
+		replayTime: cfg.ReplayTime,
 	}, nil
 }
 
@@ -126,6 +173,21 @@ func (e *HTTPExecutor) newRequest(ctx context.Context, r *Request) (*http.Reques
 	}
 	if req.Header == nil {
 		req.Header = http.Header{}
+	}
+	if e.traces != nil {
+		tid, err := e.traces.next(r.ID)
+		if err != nil {
+			return nil, err
+		}
+		h := make(http.Header, len(req.Header)+2)
+		for k, v := range req.Header {
+			h[k] = v
+		}
+		h[traceHeader] = []string{tid}
+		if e.replayTime && !r.At.IsZero() {
+			h[replayTimeHeader] = []string{strconv.FormatInt(r.At.UnixNano(), 10)}
+		}
+		req.Header = h
 	}
 	if len(r.Body) > 0 {
 		req.Body = io.NopCloser(bytes.NewReader(r.Body))

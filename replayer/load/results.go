@@ -67,6 +67,9 @@ type Results struct {
 	Late  int64   `json:"late"`
 	Total Stats   `json:"total"`
 	APIs  []Stats `json:"apis"`
+	// Mock lists, for a write-path load test run with mock admin URLs,
+	// each mock server's answers during the run (MockWatch).
+	Mock []MockAnswers `json:"mock,omitempty"`
 }
 
 // LateAfter is how far behind its intended time a send counts as late.

@@ -290,3 +290,18 @@ func TestForgetOnAnOpenConnection(t *testing.T) {
 		t.Errorf("report after the last forget: %+v", r.Calls)
 	}
 }
+
+// TestCausalGiveUpOncePerRecording: once a trace gave up waiting for a
+// call, other traces of the same recording (derived aliases, as a load
+// test sends) do not wait for it: a write-path load test's calls to its
+// shadow databases never reach the mock.
+func TestCausalGiveUpOncePerRecording(t *testing.T) {
+	srv := mocktest.NewServer(t, mockserver.Config{CausalWait: 20 * time.Millisecond}, causalSession("hold-3"))
+	readAnswer(t, rawCall(t, srv.Addr(), "hold-3._a1", "a.test:1", []byte("ping-a")), "pong-a")
+	for i := range 5 {
+		readAnswer(t, rawCall(t, srv.Addr(), fmt.Sprintf("hold-3._b%d", i), "a.test:1", []byte("ping-a")), "pong-a")
+	}
+	if got := metric(t, srv, "retrace_mock_causal_holds_total"); got != "1" {
+		t.Errorf("holds: %s, want 1", got)
+	}
+}

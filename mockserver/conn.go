@@ -464,7 +464,7 @@ func (c *conn) awaitSent() {
 		case <-timer.C:
 			h.ts.mu.Lock()
 			for _, i := range h.ts.unsent(h.need, h.conn) {
-				h.ts.markSent(i)
+				h.ts.giveUp(i)
 			}
 			h.ts.mu.Unlock()
 			c.s.metrics.holdsGivenUp.Inc()

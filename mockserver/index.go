@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/retrace-dev/retrace/mockserver/httpproto"
 	"github.com/retrace-dev/retrace/mockserver/mysql"
@@ -31,6 +32,9 @@ type sessionEntry struct {
 	// (causal order): every non set-up call that expects an answer.
 	// Built with units.
 	sent []sentCall
+	// givenUp marks, by index in Session.Calls, the calls a causal hold
+	// of a trace of this recording stopped waiting for. Built with units.
+	givenUp []atomic.Bool
 }
 
 // sentCall is one entry of sessionEntry.sent.
@@ -245,6 +249,7 @@ func (ix *index) build(e *sessionEntry) {
 	e.once.Do(func() {
 		e.units = ix.buildUnits(e.s)
 		e.sent = causalCalls(e.s, e.units)
+		e.givenUp = make([]atomic.Bool, len(e.s.Calls))
 	})
 }
 

@@ -71,18 +71,29 @@ func (ts *traceState) markSent(i int) {
 	}
 }
 
+// giveUp notes that a hold stopped waiting for recorded call i: for this
+// trace, and for every later trace of the recording, which would wait for
+// it in vain too (a write-path load test sends each recording under many
+// trace ids, and the calls to its shadow databases never come here); the
+// caller holds ts.mu.
+func (ts *traceState) giveUp(i int) {
+	ts.entry.givenUp[i].Store(true)
+	ts.markSent(i)
+}
+
 // unsent returns the calls among the first need entries of entry.sent that
 // no live request matched yet, leaving out those recorded on connection
 // conn (a client writes on one connection in turn, so what it sent there
-// after the held answer's request is behind it in the same stream); the
-// caller holds ts.mu.
+// after the held answer's request is behind it in the same stream) and
+// those a trace of the recording gave up on; the caller holds ts.mu.
 func (ts *traceState) unsent(need int, conn int64) []int {
 	if ts.frontier >= need {
 		return nil
 	}
 	var out []int
 	for _, e := range ts.entry.sent[ts.frontier:need] {
-		if (ts.seen == nil || !ts.seen[e.call]) && (conn == 0 || ts.entry.s.Calls[e.call].Conn != conn) {
+		if (ts.seen == nil || !ts.seen[e.call]) && (conn == 0 || ts.entry.s.Calls[e.call].Conn != conn) &&
+			!ts.entry.givenUp[e.call].Load() {
 			out = append(out, e.call)
 		}
 	}

@@ -109,7 +109,7 @@ func scratchDB(t *testing.T, n int) (name, addr string) {
 	return name, cfg.Addr
 }
 
-func getJSON(t *testing.T, url string, v any) {
+func getJSON(t testing.TB, url string, v any) {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {

@@ -141,4 +141,3 @@ func pacedBaffled(b *testing.B, mock string, recordings int, interval, dur time.
 	}
 	return out
 }
-

@@ -52,11 +52,7 @@ type Call struct {
 	Seq               int    // order in which calls started, from 0
 	Proto             string // "http", "redis", "mysql" or "raw"
 	Dst               string // original destination, host:port
-	// Host is the destination as the service dialled it ("name:port"),
-	// when it dialled a host name; Dst is then the address it resolved to.
-	// "" when it dialled an address, or in recordings made before the
-	// field (schema v1, additive).
-	Host string
+	Host              string // as dialled ("name:port") when by host name, Dst then its address; "" otherwise
 	Setup             bool   // connection set-up traffic, answered per connection on replay
 	Conn              int64  // optional: connection number within the recording process, 0 if unknown
 	Request           []byte

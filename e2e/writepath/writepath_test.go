@@ -119,10 +119,14 @@ func writePath(t *testing.T, replicas int) {
 		})
 	}
 	wg.Wait()
-	if t.Failed() {
-		for i, s := range suts {
-			t.Logf("service %d stderr:\n%s", i, s.log.String())
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, s := range suts {
+				t.Logf("service %d output:\n%s", i, tail(s.log.String(), 4000))
+			}
 		}
+	})
+	if t.Failed() {
 		t.FailNow()
 	}
 	var sum analyze.Summary
@@ -168,6 +172,14 @@ func writePath(t *testing.T, replicas int) {
 		t.Errorf("the pricing service received %d requests under load", n)
 	}
 	checkShadow(t, shadow, expect, posts+int64(direct))
+}
+
+// tail is the end of s, at most n bytes.
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
 }
 
 // child is a process of the orders binary.

@@ -35,8 +35,8 @@ type outConn struct {
 
 	id      uint64
 	info    *hook.ConnInfo // its Remote and Host: the call's Dst and Host
-	early   []byte  // HTTP: response bytes that came before their request was reported
-	pending []*call // set-up calls waiting for the connection's first session
+	early   []byte         // HTTP: response bytes that came before their request was reported
+	pending []*call        // set-up calls waiting for the connection's first session
 	// MySQL: the trace of the request that prepared each live statement.
 	// A pooled connection runs the COM_STMT_CLOSE of one request's
 	// statement whenever database/sql gets round to it — often on the

@@ -2,8 +2,10 @@ package hook
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -162,8 +164,11 @@ func (r *rewriteRule) target(port uint16) netip.AddrPort {
 // host:port, or a host that keeps the dialled port).
 func parseRewrites(m map[string]string) ([]*rewriteRule, error) {
 	var out []*rewriteRule
-	for from, to := range m {
-		from, to = strings.TrimSpace(from), strings.TrimSpace(to)
+	// rules are tried in the order of their sources, so that overlapping
+	// ones (an address and a range holding it) always resolve alike
+	for _, from := range slices.Sorted(maps.Keys(m)) {
+		to := strings.TrimSpace(m[from])
+		from = strings.TrimSpace(from)
 		set, err := parseDestSet("rewrite", []string{from}, false)
 		if err != nil {
 			return nil, err
@@ -235,6 +240,12 @@ func (c *resolvedConfig) routeAddr(ap netip.AddrPort) (route, *rewriteRule) {
 // connect that follows is routed by its address).
 func (c *resolvedConfig) routeName(name string, port uint16) (route, *rewriteRule) {
 	if c.mockName == name && c.mock.Port() == port {
+		return routeDirect, nil
+	}
+	if name == "localhost" || strings.HasSuffix(name, ".localhost") {
+		// a loopback name means this machine wherever the replay runs:
+		// routed by its address, as RETRACE_PASSTHROUGH lists it
+		// ("127.0.0.1:8080") before names were followed
 		return routeDirect, nil
 	}
 	for _, r := range c.rewrites {

@@ -50,6 +50,9 @@ type traceState struct {
 	seen     []bool
 	frontier int
 	wake     chan struct{}
+	// derived is set for a trace whose id is a derived alias of its
+	// recording (trace.Alias): it shares the recording's given-up calls.
+	derived bool
 }
 
 // markSent notes that recorded call i was sent (matched, or given up on);
@@ -72,20 +75,26 @@ func (ts *traceState) markSent(i int) {
 }
 
 // giveUp notes that a hold stopped waiting for recorded call i: for this
-// trace, and for every later trace of the recording, which would wait for
-// it in vain too (a write-path load test sends each recording under many
-// trace ids, and the calls to its shadow databases never come here); the
+// trace and, when it is a derived alias, for every later derived alias of
+// the recording, which would wait for it in vain too (a write-path load
+// test sends each recording under many derived aliases, and the calls to
+// its shadow databases never come here). A regression replay's traces
+// (recording ids, registered aliases) each wait on their own: a trace that
+// gave up on a slow machine does not take the hold from the next. The
 // caller holds ts.mu.
 func (ts *traceState) giveUp(i int) {
-	ts.entry.givenUp[i].Store(true)
+	if ts.derived {
+		ts.entry.givenUp[i].Store(true)
+	}
 	ts.markSent(i)
 }
 
 // unsent returns the calls among the first need entries of entry.sent that
 // no live request matched yet, leaving out those recorded on connection
 // conn (a client writes on one connection in turn, so what it sent there
-// after the held answer's request is behind it in the same stream) and
-// those a trace of the recording gave up on; the caller holds ts.mu.
+// after the held answer's request is behind it in the same stream) and,
+// for a derived alias, those another derived alias of the recording gave up
+// on; the caller holds ts.mu.
 func (ts *traceState) unsent(need int, conn int64) []int {
 	if ts.frontier >= need {
 		return nil
@@ -93,7 +102,7 @@ func (ts *traceState) unsent(need int, conn int64) []int {
 	var out []int
 	for _, e := range ts.entry.sent[ts.frontier:need] {
 		if (ts.seen == nil || !ts.seen[e.call]) && (conn == 0 || ts.entry.s.Calls[e.call].Conn != conn) &&
-			!ts.entry.givenUp[e.call].Load() {
+			!(ts.derived && ts.entry.givenUp[e.call].Load()) {
 			out = append(out, e.call)
 		}
 	}
@@ -136,7 +145,8 @@ func (s *Server) trace(ctx context.Context, tid string) *traceState {
 	if e == nil {
 		recID = cands[0]
 	}
-	ts = &traceState{id: tid, recID: recID, entry: e, used: map[string][]bool{}, cursor: map[string]map[string]int{}}
+	derived := recID != tid && !ok
+	ts = &traceState{id: tid, recID: recID, entry: e, used: map[string][]bool{}, cursor: map[string]map[string]int{}, derived: derived}
 	tt.mu.Lock()
 	defer tt.mu.Unlock()
 	if cur := tt.traces[tid]; cur != nil {

@@ -152,6 +152,7 @@ func TestLoadUsageErrors(t *testing.T) {
 		"rate no rate":   {"load", "--input", "x", "--target", "http://127.0.0.1:1", "--out", "o", "--mode", "rate"},
 		"ramp no dur":    {"load", "--input", "x", "--target", "http://127.0.0.1:1", "--out", "o", "--mode", "rate", "--ramp", "1:5"},
 		"bad target":     {"load", "--input", "x", "--target", "ftp://h", "--out", "o"},
+		"time no ids":    {"load", "--input", "x", "--target", "http://127.0.0.1:1", "--out", "o", "--replay-time"},
 		"analyze nodir":  {"analyze"},
 		"compare nodir":  {"analyze", "a", "--compare"},
 		"bad threshold":  {"analyze", "a", "--max-p99-increase", "lots"},

@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -500,7 +501,7 @@ func startMocks(t *testing.T, replicas int, sessions []*recording.Session) []*mo
 		t.Cleanup(func() { store.Close() })
 		out = append(out, mocktest.NewServer(t, mockserver.Config{Lookup: func(ctx context.Context, id string) (*recording.Session, error) {
 			s, err := store.Get(ctx, id)
-			if err != nil && strings.Contains(err.Error(), recording.ErrNotFound.Error()) {
+			if errors.Is(err, recording.ErrNotFound) {
 				return nil, nil
 			}
 			return s, err

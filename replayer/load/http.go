@@ -51,7 +51,7 @@ func (t *traceIDs) next(rec string) (string, error) {
 	}
 	tid, ok := trace.Alias(rec, t.tag+strconv.FormatUint(t.seq.Add(1), 36))
 	if !ok {
-		return "", fmt.Errorf("request id %q is not a recording id a trace id can derive from (1-%d of [0-9A-Za-z._-], leaving room for a suffix)", rec, trace.MaxIDLen-12)
+		return "", fmt.Errorf("request id %q is not a recording id a trace id can derive from: [0-9A-Za-z._-], short enough for %q and the suffix to fit in %d characters", rec, trace.AliasSep, trace.MaxIDLen)
 	}
 	return tid, nil
 }

@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/wire/http1"
 	"github.com/retrace-dev/retrace/wire/mysql"
 	"github.com/retrace-dev/retrace/wire/redis"
-	"github.com/retrace-dev/retrace/recording"
 )
 
 // Recorder captures the bytes real clients exchange with real servers and

@@ -26,6 +26,9 @@ type protocol struct{}
 
 func (protocol) Name() string { return Name }
 
+// Port makes MySQL a wire.Ported protocol: its server speaks first.
+func (protocol) Port() string { return DefaultPort }
+
 // Detect is sure of a server greeting of protocol version 10: a packet of
 // sequence id 0 and a plausible length whose payload starts with 10 and a
 // printable server version. A connection whose client spoke first is not

@@ -242,12 +242,24 @@ func (a *answerer) Reply(_ *wire.Request, resp []byte) []byte {
 	return resp
 }
 
-func (a *answerer) Synth(*wire.Request) []byte {
-	return ErrorResponse(502, "retrace: no recorded answer")
+func (a *answerer) Synth(r *wire.Request) []byte {
+	return errorTo(r, "retrace: no recorded answer")
 }
 
-func (a *answerer) Missing(_ *wire.Request, reason string) []byte {
-	return ErrorResponse(502, "retrace: "+reason)
+func (a *answerer) Missing(r *wire.Request, reason string) []byte {
+	return errorTo(r, "retrace: "+reason)
+}
+
+// errorTo is the 502 answer to r: its head alone for HEAD, whose answer
+// has no body (a body would be read as the start of the next response).
+func errorTo(r *wire.Request, reason string) []byte {
+	resp := ErrorResponse(502, reason)
+	if r.Method == "HEAD" {
+		if i := bytes.Index(resp, []byte("\r\n\r\n")); i >= 0 {
+			resp = resp[:i+4]
+		}
+	}
+	return resp
 }
 
 func (a *answerer) AnswerLen(r *wire.Request, b []byte) (int, error) {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/retrace-dev/retrace/hook"
 	"github.com/retrace-dev/retrace/internal/agenttest"
@@ -73,7 +74,7 @@ func RecordReplay(t *testing.T, sc Scenario) {
 		t.Fatal(err)
 	}
 	sampler, _ := recording.NewSampler(1)
-	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: sampler})
+	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: sampler, Decode: capture.Decode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +107,7 @@ func RecordReplay(t *testing.T, sc Scenario) {
 		t.Fatal(err)
 	}
 	calls := map[string]int{}
+	decoded := 0 // calls with a decoded form
 	n, err := srv.Load(ctx, func(ctx context.Context, fn func(*recording.Session) error) error {
 		return rd.Scan(ctx, func(s *recording.Session) error {
 			for _, c := range s.Calls {
@@ -116,6 +118,12 @@ func RecordReplay(t *testing.T, sc Scenario) {
 					t.Errorf("session %s: call %d %q recorded as %q, want %q", s.ID, c.Seq, clip(c.Request), c.Proto, sc.Proto)
 				}
 				calls[s.ID]++
+				if !utf8.Valid(c.Request) && c.Decoded != capture.Decode(c.Proto, c.Request) {
+					t.Errorf("session %s: call %d %q: decoded %q, want %q", s.ID, c.Seq, clip(c.Request), c.Decoded, capture.Decode(c.Proto, c.Request))
+				}
+				if c.Decoded != "" {
+					decoded++
+				}
 			}
 			return fn(s)
 		})
@@ -126,6 +134,7 @@ func RecordReplay(t *testing.T, sc Scenario) {
 	if err != nil || n < traces {
 		t.Fatalf("loaded %d sessions (%v), want %d", n, err, traces)
 	}
+	t.Logf("%d calls to %s recorded with their decoded form", decoded, sc.Dst)
 	for _, id := range tids {
 		if calls[id] < 3 {
 			t.Errorf("session %s has %d calls to %s, want at least 3", id, calls[id], sc.Dst)

@@ -13,11 +13,11 @@ const module = "github.com/retrace-dev/retrace"
 // package meets protocols through wire and wire/protocols only, so a
 // protocol's knowledge stays in its package.
 var importers = map[string]string{
-	"hook":                "the agent frames HTTP/1 responses on accepted connections (http1.Response) on its hot path",
-	"recording/capture":   "an inbound request's session ends with its HTTP/1 response (http1.Response), on the agent's hot path",
-	"replayer/diff":       "compares downstream requests field by field, with each protocol's parsed commands",
-	"replayer/regress":    "pairs MySQL commands of a recording and a replay before they are compared",
-	"mockserver/mocktest": "a test helper that records through dialers, classifying set-up as record mode does",
+	"hook":               "the agent frames HTTP/1 responses on accepted connections (http1.Response) on its hot path",
+	"recording/capture":  "an inbound request's session ends with its HTTP/1 response (http1.Response), on the agent's hot path",
+	"replayer/diff":      "compares downstream requests field by field, with each protocol's parsed commands",
+	"replayer/regress":   "pairs MySQL commands of a recording and a replay before they are compared",
+	"internal/agenttest": "test servers of the agent's tests answer RESP with wire/redis",
 }
 
 // TestProtocolsStayInWire fails when a package outside wire/ imports a

@@ -38,6 +38,8 @@ func TestMarshalMatchesEncodingJSON(t *testing.T) {
 			Inbound: Inbound{Proto: "http", Request: []byte("a\tb\r\nc<d>&\"e\"\\"), Response: []byte{}}},
 		"invalid utf8 in a name": {ID: "a", App: "a\xffb\xc3", At: time.Unix(1, 0).UTC(),
 			Calls: []Call{{Proto: "raw", Dst: "\xfe", Conn: -3, Request: []byte{0xff}, StartNs: -5}}},
+		"background": {ID: "bg", App: "orders", Background: true, At: time.Unix(2, 0).UTC(),
+			Calls: []Call{{Proto: "redis", Dst: "cache:6379", Request: []byte("*1\r\n$4\r\nPING\r\n")}}},
 		"all marks": {ID: "a", V: 1, At: time.Unix(1, 0).UTC(), Inbound: Inbound{RequestTruncated: true, ResponseTruncated: true},
 			Calls: []Call{{Setup: true, RequestTruncated: true, ResponseTruncated: true}}},
 	}

@@ -153,6 +153,13 @@ func (c *conn) run() error {
 				if err := c.start(protocols.All.For(p)); err != nil {
 					return err
 				}
+			} else {
+				// a client waiting for a server that speaks first, of no
+				// recorded destination: closed at once rather than left to
+				// hang
+				reason := fmt.Sprintf("client sent nothing after connecting to %s, which no recording names, and no recorded destination speaks first", c.live)
+				c.s.traces.addMissing(MissingMock{Trace: c.msgTID, Dst: c.live, Reason: reason})
+				return fmt.Errorf("%w: %s", errQuit, reason)
 			}
 			continue
 		}
@@ -164,21 +171,8 @@ func (c *conn) run() error {
 			if real, ok := c.s.cfg.passthrough(h.Dst); ok {
 				return c.passthrough(real)
 			}
-			if d, ok := c.s.resolveFixed(c.live); ok && d.Recorded != "" {
-				c.dst = d.Recorded
-			} else {
-				c.dst, c.unresolved = c.live, true
-				if len(c.buf) == 0 && c.s.idx.speaksFirst() {
-					c.quietBy = c.s.now() + quietWait
-				}
-			}
-			if p := c.s.protoFor(c.dst); p != "" && (!c.unresolved || c.quietBy == 0) {
-				// known, or a server-first protocol's own port with no
-				// recorded destination to map it to (missing mocks)
-				c.unresolved = c.unresolved && c.s.idx.dst(c.dst) == nil
-				if err := c.start(protocols.All.For(p)); err != nil {
-					return err
-				}
+			if err := c.open(); err != nil {
+				return err
 			}
 		}
 		if len(c.buf) == 0 {
@@ -201,6 +195,36 @@ func (c *conn) run() error {
 			return err
 		}
 	}
+}
+
+// open decides, at a connection's first frame, which recorded destination
+// answers it and in which protocol, when that needs no request: the
+// recordings or the mapping name the live destination, or its port is
+// that of a protocol whose server speaks first. Otherwise the first
+// request decides (resolve), or, for a client that sends nothing, quietBy.
+func (c *conn) open() error {
+	if d, ok := c.s.resolveFixed(c.live); ok && d.Recorded != "" {
+		c.dst = d.Recorded
+		if p := c.s.protoFor(c.dst); p != "" {
+			return c.start(protocols.All.For(p))
+		}
+		return nil
+	}
+	c.dst, c.unresolved = c.live, true
+	if len(c.buf) > 0 {
+		return nil
+	}
+	p := c.s.protoFor(c.live) // the MySQL port, with no recording of it
+	if p == "" {
+		c.quietBy = c.s.now() + quietWait
+		return nil
+	}
+	c.unresolved = false
+	if d, ok := c.s.resolveServerFirst(c.live, c.msgTID); ok {
+		c.dst, c.tentative = d.Recorded, d.Tentative
+		p = d.Proto
+	}
+	return c.start(protocols.All.For(p))
 }
 
 // quietWait is how long the mock server waits for the first bytes of a

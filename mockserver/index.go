@@ -227,19 +227,6 @@ func (ix *index) dst(dst string) *dstInfo {
 	return ix.dsts[dst]
 }
 
-// speaksFirst reports whether a loaded recording has a destination whose
-// server speaks first (its book has a greeting).
-func (ix *index) speaksFirst() bool {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	for _, d := range ix.dsts {
-		if d.book.Greeting(0) != nil {
-			return true
-		}
-	}
-	return false
-}
-
 func (ix *index) count() int {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()

@@ -56,6 +56,9 @@ func (s *Server) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, a)
 	})
+	mux.HandleFunc("GET /destinations", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.Destinations())
+	})
 	mux.HandleFunc("GET /missing", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.traces.missingList())
 	})

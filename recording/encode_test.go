@@ -40,6 +40,10 @@ func TestMarshalMatchesEncodingJSON(t *testing.T) {
 			Calls: []Call{{Proto: "raw", Dst: "\xfe", Host: "h\xff:1", Conn: -3, Request: []byte{0xff}, StartNs: -5}}},
 		"dialled by name": {ID: "a", At: time.Unix(1, 0).UTC(),
 			Calls: []Call{{Proto: "redis", Dst: "10.0.0.7:6379", Host: "cache.prod.svc:6379"}, {Proto: "redis", Dst: "10.0.0.7:6379"}}},
+		"decoded": {ID: "a", At: time.Unix(1, 0).UTC(),
+			Calls: []Call{{Proto: "mysql", Request: []byte{0x05, 0, 0, 0, 0x17, 0xff}, Decoded: "EXECUTE #1 (42, \"<x>\")\nSELECT 1"}}},
+		"background": {ID: "bg", App: "orders", Background: true, At: time.Unix(2, 0).UTC(),
+			Calls: []Call{{Proto: "redis", Dst: "cache:6379", Request: []byte("*1\r\n$4\r\nPING\r\n")}}},
 		"all marks": {ID: "a", V: 1, At: time.Unix(1, 0).UTC(), Inbound: Inbound{RequestTruncated: true, ResponseTruncated: true},
 			Calls: []Call{{Setup: true, RequestTruncated: true, ResponseTruncated: true}}},
 	}
@@ -59,7 +63,7 @@ func FuzzMarshalMatchesEncodingJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, id, app string, req, resp []byte, n int64) {
 		s := &Session{ID: id, App: app, At: time.Unix(0, n).UTC(),
 			Inbound: Inbound{Proto: app, Local: id, Request: req, Response: resp, StartNs: n},
-			Calls:   []Call{{Seq: int(n % 100), Proto: id, Dst: app, Host: id, Conn: n, Request: resp, Response: req, DurNs: n}}}
+			Calls:   []Call{{Seq: int(n % 100), Proto: id, Dst: app, Host: id, Conn: n, Request: resp, Response: req, DurNs: n, Decoded: app}}}
 		sameJSON(t, s)
 	})
 }

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/retrace-dev/retrace/hook"
-	"github.com/retrace-dev/retrace/internal/httpframe"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
+	"github.com/retrace-dev/retrace/wire/http1"
 )
 
 // DefaultMaxActive bounds the sessions in progress when Config.MaxActive is
@@ -55,6 +55,7 @@ type Recorder struct {
 	// Recorder knows of each connection is in its hook.ConnInfo.Data: an
 	// *inbound or an *outConn.
 	sessions sessionIndex
+	bg       background // calls of no request (background.go)
 
 	activeN, overflow, incomplete atomic.Int64
 	closeOnce                     sync.Once
@@ -94,7 +95,10 @@ func (r *Recorder) Stats() Stats {
 }
 
 // Flush writes every finished session to the store.
-func (r *Recorder) Flush(ctx context.Context) error { return r.pipe.Flush(ctx) }
+func (r *Recorder) Flush(ctx context.Context) error {
+	r.flushBackground(r.now(), true)
+	return r.pipe.Flush(ctx)
+}
 
 // Close drops the sessions still in progress (counted as Incomplete), then
 // closes the pipeline: queued sessions are written and the store closed,
@@ -106,6 +110,7 @@ func (r *Recorder) Close(ctx context.Context) error {
 				r.incomplete.Add(1)
 			}
 		}
+		r.flushBackground(r.now(), true)
 		r.closeErr = r.pipe.Close(ctx)
 		if r.log != nil {
 			st := r.Stats()
@@ -205,7 +210,7 @@ type active struct {
 	arena  arena // the bytes of req and resp
 	req    payload
 	resp   payload
-	framer httpframe.Response
+	framer http1.Response
 
 	at            time.Time // wall clock at the request's start
 	start         int64     // Recorder.now at the request's start
@@ -425,7 +430,7 @@ func (r *Recorder) finish(a *active) {
 	a.calls = nil
 	s := &recording.Session{
 		V: recording.SchemaVersion, ID: a.id, App: r.app, At: a.at,
-		Inbound: recording.Inbound{Proto: protoHTTP, Local: a.local, Remote: a.remote,
+		Inbound: recording.Inbound{Proto: recording.ProtoHTTP, Local: a.local, Remote: a.remote,
 			Request: a.req.view(), Response: a.resp.view(), DurNs: end - a.start,
 			RequestTruncated: a.req.truncated, ResponseTruncated: a.resp.truncated},
 	}
@@ -433,6 +438,9 @@ func (r *Recorder) finish(a *active) {
 	r.forgetActive(a)
 	s.Calls = snapshotCalls(calls, a.start)
 	r.pipe.Submit(s)
+	if r.bg.due(end) {
+		r.flushBackground(end, false)
+	}
 }
 
 // attach adds the set-up calls pending, then c, to the session, unless it

@@ -318,3 +318,27 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestRecordDialledNameFromHostsFile: a name resolved from /etc/hosts
+// (net holds its IPv4 address in 16 bytes) is named too.
+func TestRecordDialledNameFromHostsFile(t *testing.T) {
+	srv := newTagServer(t, "svc")
+	_, port, _ := net.SplitHostPort(srv.addr)
+	addrs, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip4", "localhost")
+	if err != nil || len(addrs) == 0 || addrs[0].Unmap().String() != "127.0.0.1" {
+		t.Skipf("localhost does not resolve to 127.0.0.1 first here (%v %v)", addrs, err)
+	}
+	rec := &hostRecorder{}
+	undo, err := hook.Install(hook.Config{Mode: hook.Record, Recorder: rec})
+	require.NoError(t, err)
+	defer undo()
+	var d net.Dialer
+	c, err := d.DialContext(context.Background(), "tcp4", "localhost:"+port)
+	require.NoError(t, err)
+	_, err = c.Write([]byte("PING h\n"))
+	require.NoError(t, err)
+	c.Close()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Equal(t, map[string]string{srv.addr: "localhost:" + port}, rec.hosts)
+}

@@ -259,7 +259,8 @@ func (t *nameTable) remember(addrs []net.Addr, hostPort string) {
 	}
 	for _, a := range addrs {
 		if ta, ok := a.(*net.TCPAddr); ok {
-			t.seen[ta.AddrPort()] = hostPort
+			ap := ta.AddrPort() // (v4-mapped when net holds the IPv4 address in 16 bytes)
+			t.seen[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = hostPort
 		}
 	}
 }

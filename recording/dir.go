@@ -15,20 +15,20 @@ import (
 	"time"
 )
 
-// File names of the directory and object stores:
+// FilePrefix and FileTime make the file names of the directory and object stores:
 // sessions-<UTC time the file was started>-<4-digit counter>.jsonl[.gz].
 // They sort by time, so a reader that walks them in name order reads
 // sessions roughly in the order they were recorded.
 const (
-	filePrefix = "sessions-"
-	fileTime   = "20060102T150405Z"
+	FilePrefix = "sessions-"
+	FileTime   = "20060102T150405Z"
 )
 
 // IsSessionFile reports whether a file or object name is one the directory
 // and object stores read: sessions-*.jsonl or sessions-*.jsonl.gz.
 func IsSessionFile(name string) bool {
 	base := name[strings.LastIndexByte(name, '/')+1:]
-	return strings.HasPrefix(base, filePrefix) &&
+	return strings.HasPrefix(base, FilePrefix) &&
 		(strings.HasSuffix(base, ".jsonl") || strings.HasSuffix(base, ".jsonl.gz"))
 }
 
@@ -37,9 +37,9 @@ func IsSessionFile(name string) bool {
 // creates its own files. Readers see whole lines once Flush returns (the
 // last file of a gzip writer up to its last flush).
 type DirStore struct {
-	skipCounter
+	SkipCounter
 	dir string
-	o   *options
+	o   *Settings
 
 	mu       sync.Mutex // guards the current file and the buffer
 	f        *os.File
@@ -66,7 +66,7 @@ func NewDirStore(dir string, opts ...Option) (*DirStore, error) {
 	if dir == "" {
 		return nil, errors.New("recording: empty directory name")
 	}
-	return &DirStore{dir: dir, o: newOptions(opts)}, nil
+	return &DirStore{dir: dir, o: NewSettings(opts)}, nil
 }
 
 // Dir returns the directory of the store.
@@ -83,7 +83,7 @@ func (d *DirStore) Write(ctx context.Context, ss []*Session) error {
 	for _, s := range ss {
 		line, err := AppendMarshal(d.line[:0], s)
 		if err != nil {
-			return fmt.Errorf("recording: encode session %q: %w", s.ID, err)
+			return fmt.Errorf("recording: encode session %q: %w: %w", s.ID, ErrRejected, err)
 		}
 		d.line = line
 		if d.f != nil && d.full(int64(len(line)+1)) {
@@ -109,10 +109,10 @@ func (d *DirStore) Write(ctx context.Context, ss []*Session) error {
 }
 
 func (d *DirStore) full(next int64) bool {
-	if d.o.rotateSessions > 0 && d.sessions >= d.o.rotateSessions {
+	if d.o.RotateSessions > 0 && d.sessions >= d.o.RotateSessions {
 		return true
 	}
-	return d.o.rotateBytes > 0 && d.bytes > 0 && d.bytes+next > d.o.rotateBytes
+	return d.o.RotateBytes > 0 && d.bytes > 0 && d.bytes+next > d.o.RotateBytes
 }
 
 func (d *DirStore) openFile() error {
@@ -120,13 +120,13 @@ func (d *DirStore) openFile() error {
 		return fmt.Errorf("recording: create directory %s: %w", d.dir, err)
 	}
 	ext := ".jsonl"
-	if d.o.gzip {
+	if d.o.Gzip {
 		ext += ".gz"
 	}
-	stamp := time.Now().UTC().Format(fileTime)
+	stamp := time.Now().UTC().Format(FileTime)
 	for range 10000 {
 		d.counter++
-		name := filepath.Join(d.dir, fmt.Sprintf("%s%s-%04d%s", filePrefix, stamp, d.counter, ext))
+		name := filepath.Join(d.dir, fmt.Sprintf("%s%s-%04d%s", FilePrefix, stamp, d.counter, ext))
 		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 		if errors.Is(err, fs.ErrExist) {
 			continue // another writer (or process) took this name
@@ -135,7 +135,7 @@ func (d *DirStore) openFile() error {
 			return fmt.Errorf("recording: create %s: %w", name, err)
 		}
 		d.f, d.w, d.bytes, d.sessions = f, f, 0, 0
-		if d.o.gzip {
+		if d.o.Gzip {
 			d.zw = gzip.NewWriter(f)
 			d.w = d.zw
 		}
@@ -247,7 +247,7 @@ func (d *DirStore) scanFile(ctx context.Context, name string, fn func(*Session) 
 		return fmt.Errorf("recording: open %s: %w", name, err)
 	}
 	defer f.Close()
-	return scanStream(ctx, name, f, d.o, &d.skipCounter, fn)
+	return ReadJSONL(ctx, name, f, d.o, &d.SkipCounter, fn)
 }
 
 // Get returns the session with the id. The first Get indexes the
@@ -257,7 +257,9 @@ func (d *DirStore) Get(ctx context.Context, id string) (*Session, error) {
 	return d.getIndexed(ctx, id)
 }
 
-func getByScan(ctx context.Context, r Reader, id string) (*Session, error) {
+// GetByScan returns the session with the id by scanning r, for stores
+// with no index.
+func GetByScan(ctx context.Context, r Reader, id string) (*Session, error) {
 	var found *Session
 	err := r.Scan(ctx, func(s *Session) error {
 		if s.ID == id {

@@ -12,10 +12,11 @@ import (
 	"github.com/retrace-dev/retrace/internal/lines"
 )
 
-// scanStream decodes every line of r (gzip when name ends in .gz) and calls
-// fn; lines that do not decode are reported and counted. An error of fn is
+// ReadJSONL decodes every line of r (gzip when name ends in .gz) and calls
+// fn; lines that do not decode are reported to o.OnError and counted in
+// skipped. Stores of other packages read their objects with it. An error of fn is
 // returned as is; a read error is returned wrapped with the source name.
-func scanStream(ctx context.Context, name string, r io.Reader, o *options, skipped *skipCounter, fn func(*Session) error) error {
+func ReadJSONL(ctx context.Context, name string, r io.Reader, o *Settings, skipped *SkipCounter, fn func(*Session) error) error {
 	if strings.HasSuffix(name, ".gz") {
 		zr, err := gzip.NewReader(r)
 		if err != nil {
@@ -27,7 +28,7 @@ func scanStream(ctx context.Context, name string, r io.Reader, o *options, skipp
 		defer zr.Close()
 		r = zr
 	}
-	lr := lines.NewReader(r, 64<<10, o.maxLine)
+	lr := lines.NewReader(r, 64<<10, o.MaxLine)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -46,8 +47,8 @@ func scanStream(ctx context.Context, name string, r io.Reader, o *options, skipp
 			return fmt.Errorf("recording: %s: after line %d: %w", name, lr.Line(), err)
 		}
 		if tooLong {
-			skipped.n.Add(1)
-			o.onError(&BadLineError{Source: name, Line: lr.Line(), Err: fmt.Errorf("line longer than %d bytes", o.maxLine)})
+			skipped.Skip()
+			o.OnError(&BadLineError{Source: name, Line: lr.Line(), Err: fmt.Errorf("line longer than %d bytes", o.MaxLine)})
 			continue
 		}
 		if len(bytes.TrimSpace(line)) == 0 {
@@ -55,8 +56,8 @@ func scanStream(ctx context.Context, name string, r io.Reader, o *options, skipp
 		}
 		s, err := Unmarshal(line)
 		if err != nil {
-			skipped.n.Add(1)
-			o.onError(&BadLineError{Source: name, Line: lr.Line(), Err: err})
+			skipped.Skip()
+			o.OnError(&BadLineError{Source: name, Line: lr.Line(), Err: err})
 			continue
 		}
 		if err := fn(s); err != nil {

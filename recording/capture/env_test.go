@@ -232,9 +232,10 @@ func TestRecordModeFromEnvironment(t *testing.T) {
 		return nil
 	}))
 	require.Len(t, got, 5, "every request recorded and flushed at patches.Stop")
-	ids := map[string]bool{}
+	ids, traces := map[string]bool{}, map[string]int{}
 	for _, s := range got {
 		ids[s.ID] = true
+		traces[s.Trace]++
 		assert.Equal(t, "child", s.App)
 		assert.Contains(t, string(s.Inbound.Request), "Authorization: ***\r\n")
 		assert.NotContains(t, string(s.Inbound.Request)+string(s.Inbound.Response), "secret-token")
@@ -247,7 +248,8 @@ func TestRecordModeFromEnvironment(t *testing.T) {
 		}
 		assert.Equal(t, 1, redisCalls, "session %s: %+v", s.ID, s.Calls)
 	}
-	assert.True(t, ids["4bf92f3577b34da6a3ce929d0e0e4736"], "the traceparent's trace id names its session")
+	assert.Len(t, ids, 5, "an id per request")
+	assert.Equal(t, map[string]int{"4bf92f3577b34da6a3ce929d0e0e4736": 1, "": 4}, traces, "the traceparent's trace id is the session's Trace")
 }
 
 func TestFromEnvErrors(t *testing.T) {

@@ -1,0 +1,49 @@
+package patches
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The blank import links the agent and the directory store only: no store
+// SDK, RPC framework or telemetry library comes with it (Redis and bucket
+// stores are opt-in imports, recording/redisstore and recording/cloud).
+func TestAgentLinksNoStoreSDK(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	banned := []string{
+		"gocloud.dev/", "cloud.google.com/", "google.golang.org/api", "google.golang.org/grpc",
+		"github.com/aws/", "github.com/Azure/", "go.opentelemetry.io/", "github.com/redis/go-redis",
+		"google.golang.org/genproto",
+	}
+	deps := strings.Fields(string(out))
+	require.Contains(t, deps, "github.com/retrace-dev/retrace/recording", "the agent links the recorder")
+	for _, d := range deps {
+		for _, b := range banned {
+			assert.False(t, strings.HasPrefix(d, b), "patches links %s", d)
+		}
+	}
+}
+
+// A store URL whose store is not linked in is an error naming the import
+// to add; the agent stays off.
+func TestRecordToUnlinkedStore(t *testing.T) {
+	for url, pkg := range map[string]string{
+		"redis://127.0.0.1:6379/0": "recording/redisstore",
+		"s3://bucket/prefix":       "recording/cloud",
+		"gs://bucket":              "recording/cloud",
+	} {
+		stop, err := startFromEnv(env(map[string]string{"RETRACE_MODE": "record", "RETRACE_RECORD": url}))
+		require.Error(t, err, url)
+		assert.Nil(t, stop)
+		assert.Contains(t, err.Error(), "RETRACE_RECORD")
+		assert.Contains(t, err.Error(), `import _ "github.com/retrace-dev/retrace/`+pkg+`"`)
+	}
+}

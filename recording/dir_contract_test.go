@@ -35,7 +35,6 @@ func TestDirStore(t *testing.T) {
 	}
 }
 
-
 func TestDirStoreKeepsEverySessionOfATrace(t *testing.T) {
 	st, err := recording.NewDirStore(t.TempDir())
 	require.NoError(t, err)

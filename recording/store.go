@@ -13,6 +13,19 @@ import (
 // ErrNotFound is returned by [Reader.Get] when no session has the id.
 var ErrNotFound = errors.New("recording: session not found")
 
+// WriteError is the error of a Writer that stored some of the sessions of
+// a Write, the first Stored of them, before Err stopped it.
+type WriteError struct {
+	Stored int
+	Err    error
+}
+
+func (e *WriteError) Error() string {
+	return fmt.Sprintf("%v (after %d sessions stored)", e.Err, e.Stored)
+}
+
+func (e *WriteError) Unwrap() error { return e.Err }
+
 // ErrRejected is wrapped by the error of a Writer for a session it will
 // never store, however often it is retried (it does not encode, or a
 // different session has its id); the pipeline drops and counts it instead
@@ -83,7 +96,9 @@ type Settings struct {
 	RotateBytes    int64 // 0 resolved to DefaultRotateBytes; negative: never
 	RotateSessions int   // 0: no limit
 	KeyPrefix      string
-	KeyPrefixSet   bool // WithKeyPrefix was given (an empty prefix is a prefix)
+	KeyPrefixSet   bool        // WithKeyPrefix was given (an empty prefix is a prefix)
+	FileMode       os.FileMode // of files a directory store creates; 0 resolved to DefaultFileMode
+	DirMode        os.FileMode // of the directory; 0 resolved to DefaultDirMode
 }
 
 // Option configures a store opened by Open or one of the New*Store functions.
@@ -117,6 +132,13 @@ func WithKeyPrefix(p string) Option {
 	return func(o *Settings) { o.KeyPrefix, o.KeyPrefixSet = p, true }
 }
 
+// WithPermissions sets the permissions of the files and the directory a
+// directory store creates. Zero values mean DefaultFileMode (0600) and
+// DefaultDirMode (0700): recordings hold what the service's clients sent.
+func WithPermissions(file, dir os.FileMode) Option {
+	return func(o *Settings) { o.FileMode, o.DirMode = file, dir }
+}
+
 // NewSettings applies opts to the defaults.
 func NewSettings(opts []Option) *Settings {
 	o := &Settings{}
@@ -128,6 +150,12 @@ func NewSettings(opts []Option) *Settings {
 	}
 	if o.RotateBytes == 0 {
 		o.RotateBytes = DefaultRotateBytes
+	}
+	if o.FileMode == 0 {
+		o.FileMode = DefaultFileMode
+	}
+	if o.DirMode == 0 {
+		o.DirMode = DefaultDirMode
 	}
 	if o.OnError == nil {
 		o.OnError = func(err error) { fmt.Fprintln(os.Stderr, err) }
@@ -220,8 +248,3 @@ func Open(ctx context.Context, url string, opts ...Option) (Store, error) {
 	}
 	return nil, fmt.Errorf("recording: store URL %q: unknown scheme %q (a directory, file://, redis://, s3://, gs://, azblob://, mem://, blob+file://)", url, scheme)
 }
-
-// closeOnce makes Close idempotent for stores.
-type closeOnce struct{ done atomic.Bool }
-
-func (c *closeOnce) first() bool { return c.done.CompareAndSwap(false, true) }

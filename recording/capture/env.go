@@ -61,7 +61,7 @@ func FromEnv(getenv func(string) string, logger *slog.Logger) (hook.Recorder, fu
 		return nil, nil, fmt.Errorf("%s: %w", EnvRecord, err)
 	}
 	if ds, ok := store.(*recording.DirStore); ok {
-		if err := os.MkdirAll(ds.Dir(), 0o755); err != nil {
+		if err := ds.MkdirAll(); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", EnvRecord, err)
 		}
 	}

@@ -220,20 +220,26 @@ func parsePath(p string) ([]pathSeg, error) {
 // MaskSession masks every payload of s in place and reports whether any
 // changed.
 func (m *Masker) MaskSession(s *Session) bool {
-	changed := false
-	var c bool
-	s.Inbound.Request, c = m.Mask(s.Inbound.Proto, s.Inbound.Request)
-	changed = changed || c
-	s.Inbound.Response, c = m.Mask(s.Inbound.Proto, s.Inbound.Response)
-	changed = changed || c
-	for i := range s.Calls {
-		call := &s.Calls[i]
-		call.Request, c = m.Mask(call.Proto, call.Request)
-		changed = changed || c
-		call.Response, c = m.Mask(call.Proto, call.Response)
+	changed, _ := m.maskSession(s)
+	return changed
+}
+
+// maskSession masks every payload of s in place; skipped counts the
+// payloads (or parts) it could not read to mask, kept as they are.
+func (m *Masker) maskSession(s *Session) (changed bool, skipped int) {
+	one := func(proto string, p *[]byte) {
+		var c bool
+		*p, c = m.Mask(proto, *p)
 		changed = changed || c
 	}
-	return changed
+	one(s.Inbound.Proto, &s.Inbound.Request)
+	one(s.Inbound.Proto, &s.Inbound.Response)
+	for i := range s.Calls {
+		call := &s.Calls[i]
+		one(call.Proto, &call.Request)
+		one(call.Proto, &call.Response)
+	}
+	return changed, skipped
 }
 
 // Mask returns p masked as a payload of the protocol ("http", "redis",

@@ -109,10 +109,15 @@ func (r *Recorder) Close(ctx context.Context) error {
 		r.closeErr = r.pipe.Close(ctx)
 		if r.log != nil {
 			st := r.Stats()
-			r.log.Info("retrace: recorder closed", "seen", st.Seen, "sampled", st.Sampled,
-				"recorded", st.Recorded, "dropped", st.Dropped, "masked", st.Masked,
-				"truncated", st.Truncated, "write_errors", st.WriteErrors,
-				"overflow", st.Overflow, "incomplete", st.Incomplete)
+			level := slog.LevelInfo
+			if st.Dropped > 0 || r.closeErr != nil {
+				level = slog.LevelError // sessions were lost: say so at the default level
+			}
+			r.log.Log(context.Background(), level, "retrace: recorder closed", "seen", st.Seen, "sampled", st.Sampled,
+				"recorded", st.Recorded, "dropped", st.Dropped, "buffer_full", st.BufferFull,
+				"abandoned", st.Abandoned, "rejected", st.Rejected, "masked", st.Masked,
+				"mask_skipped", st.MaskSkipped, "truncated", st.Truncated, "write_errors", st.WriteErrors,
+				"overflow", st.Overflow, "incomplete", st.Incomplete, "err", r.closeErr)
 		}
 	})
 	return r.closeErr

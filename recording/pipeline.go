@@ -143,7 +143,7 @@ type Pipeline struct {
 	seen, sampled stripe.Counter
 	buffered      atomic.Int64 // Cost of the sessions submitted and not yet stored or dropped
 
-	recorded, bufferFull, abandoned, rejected atomic.Int64
+	recorded, bufferFull, abandoned, rejected   atomic.Int64
 	masked, maskSkipped, truncated, writeErrors atomic.Int64
 
 	drops, failures report

@@ -75,6 +75,9 @@ func open(raw string, o *recording.Settings) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("recording: store URL %q: %w", raw, err)
 	}
+	// the pipeline bounds every call with its context: a frozen server
+	// fails the call at its deadline and the call is retried
+	ro.ContextTimeoutEnabled = true
 	return newStore(redis.NewClient(ro), o), nil
 }
 

@@ -176,4 +176,3 @@ func mustSample(t *testing.T) recording.Sampler {
 	require.NoError(t, err)
 	return s
 }
-

@@ -1,7 +1,9 @@
 package patches
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -46,4 +48,22 @@ func TestRecordToUnlinkedStore(t *testing.T) {
 		assert.Contains(t, err.Error(), "RETRACE_RECORD")
 		assert.Contains(t, err.Error(), `import _ "github.com/retrace-dev/retrace/`+pkg+`"`)
 	}
+}
+
+// The blank import adds at most 4 MB to the example service's binary.
+func TestAgentFootprint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the example service twice")
+	}
+	size := func(pkg string) int64 {
+		bin := filepath.Join(t.TempDir(), "bin")
+		out, err := exec.Command("go", "build", "-trimpath", "-o", bin, pkg).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		fi, err := os.Stat(bin)
+		require.NoError(t, err)
+		return fi.Size()
+	}
+	with, without := size("../internal/footprint/agent"), size("../internal/footprint/noagent")
+	t.Logf("example service: %d bytes with the agent, %d without: +%d", with, without, with-without)
+	assert.LessOrEqual(t, with-without, int64(4<<20))
 }

@@ -147,6 +147,7 @@ type Pipeline struct {
 	masked, maskSkipped, truncated, writeErrors atomic.Int64
 
 	drops, failures report
+	maskSkipLogged  atomic.Bool
 }
 
 // NewPipeline starts a pipeline and its writer goroutine; Close ends it.
@@ -484,11 +485,17 @@ func (w *pipelineWriter) write() {
 	for _, s := range w.batch {
 		cost += Cost(s) // before masking and the cap change it
 		if p.cfg.Mask != nil {
-			changed, skipped := p.cfg.Mask.maskSession(s)
+			changed, skipped, why := p.cfg.Mask.maskSession(s)
 			if changed {
 				p.masked.Add(1)
 			}
-			p.maskSkipped.Add(int64(skipped))
+			if skipped > 0 {
+				p.maskSkipped.Add(int64(skipped))
+				if p.maskSkipLogged.CompareAndSwap(false, true) && p.cfg.Logger != nil {
+					p.cfg.Logger.Error("retrace: a payload could not be masked and is recorded as it is; "+
+						"such payloads are counted in mask_skipped, this line is logged once", "why", why, "session", s.ID)
+				}
+			}
 		}
 		if Cap(s, p.cfg.MaxPayload) {
 			p.truncated.Add(1)

@@ -67,3 +67,20 @@ func TestAgentFootprint(t *testing.T) {
 	t.Logf("example service: %d bytes with the agent, %d without: +%d", with, without, with-without)
 	assert.LessOrEqual(t, with-without, int64(4<<20))
 }
+
+// The counters of the recorder the environment started are readable
+// through patches.Stats.
+func TestStatsOfTheRecorder(t *testing.T) {
+	_, ok := Stats()
+	require.False(t, ok, "no recorder yet")
+	dir := t.TempDir()
+	stop, err := startFromEnv(env(map[string]string{"RETRACE_MODE": "record", "RETRACE_RECORD": dir}))
+	require.NoError(t, err)
+	st, ok := Stats()
+	require.True(t, ok)
+	assert.Zero(t, st.Dropped)
+	require.NoError(t, stop(t.Context()))
+	started.Lock()
+	started.rec = nil
+	started.Unlock()
+}

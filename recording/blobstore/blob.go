@@ -57,6 +57,7 @@ type Store struct {
 
 	mu       sync.Mutex // guards the current object
 	w        *blob.Writer
+	abort    context.CancelFunc // cancels w's upload: Close then writes nothing
 	zw       *gzip.Writer
 	name     string
 	line     []byte // scratch for encoding one session
@@ -90,27 +91,29 @@ func open(ctx context.Context, url string, o *recording.Settings) (*Store, error
 }
 
 // Write appends the sessions to the current object, rotating first when it
-// is full.
+// is full. When it fails after taking some of them it returns a
+// *recording.WriteError saying how many, so a retry does not write them
+// twice.
 func (s *Store) Write(ctx context.Context, ss []*recording.Session) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Load() {
 		return errors.New("recording: write to closed blob store")
 	}
-	for _, sess := range ss {
+	for i, sess := range ss {
 		line, err := recording.AppendMarshal(s.line[:0], sess)
 		if err != nil {
-			return fmt.Errorf("recording: encode session %q: %w: %w", sess.ID, recording.ErrRejected, err)
+			return &recording.WriteError{Stored: i, Err: fmt.Errorf("recording: encode session %q: %w: %w", sess.ID, recording.ErrRejected, err)}
 		}
 		s.line = line
 		if s.w != nil && s.full(int64(len(line)+1)) {
 			if err := s.closeObject(); err != nil {
-				return err
+				return &recording.WriteError{Stored: i, Err: err}
 			}
 		}
 		if s.w == nil {
 			if err := s.openObject(ctx); err != nil {
-				return err
+				return &recording.WriteError{Stored: i, Err: err}
 			}
 		}
 		line = append(line, '\n')
@@ -119,7 +122,13 @@ func (s *Store) Write(ctx context.Context, ss []*recording.Session) error {
 			out = s.zw
 		}
 		if _, err := out.Write(line); err != nil {
-			return fmt.Errorf("recording: write object %s: %w", s.name, err)
+			// the object may hold part of the line: its upload is aborted
+			// (with the sessions it took since the last Flush: a limit of
+			// bucket stores) and this session goes to the next object
+			s.abort()
+			_ = s.w.Close()
+			s.w, s.zw = nil, nil
+			return &recording.WriteError{Stored: i, Err: fmt.Errorf("recording: write object %s: %w", s.name, err)}
 		}
 		s.bytes += int64(len(line))
 		s.sessions++
@@ -143,11 +152,13 @@ func (s *Store) openObject(ctx context.Context) error {
 	s.name = fmt.Sprintf("%s%s%s-%04d-%s%s", s.prefix, recording.FilePrefix, time.Now().UTC().Format(recording.FileTime), s.counter, s.tag, ext)
 	// The writer outlives the Write call that opened it; it must not be
 	// cancelled with that call's context.
-	w, err := s.b.NewWriter(context.WithoutCancel(ctx), s.name, &blob.WriterOptions{ContentType: "application/jsonl"})
+	wctx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	w, err := s.b.NewWriter(wctx, s.name, &blob.WriterOptions{ContentType: "application/jsonl"})
 	if err != nil {
+		abort()
 		return fmt.Errorf("recording: create object %s: %w", s.name, err)
 	}
-	s.w, s.bytes, s.sessions = w, 0, 0
+	s.w, s.abort, s.bytes, s.sessions = w, abort, 0, 0
 	if s.o.Gzip {
 		s.zw = gzip.NewWriter(w)
 	}
@@ -163,6 +174,7 @@ func (s *Store) closeObject() error {
 		err = s.zw.Close()
 	}
 	err = errors.Join(err, s.w.Close())
+	s.abort() // the upload is over: releases the writer's context
 	s.w, s.zw = nil, nil
 	if err != nil {
 		return fmt.Errorf("recording: close object %s: %w", s.name, err)

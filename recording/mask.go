@@ -54,9 +54,13 @@ const DefaultMaskReplacement = "***"
 // chunked body becomes one chunk) when a body changes length; Redis bulk
 // strings and MySQL packets get their length prefixes fixed the same way
 // when a regex changes their length. JSON bodies that a rule changed are
-// re-encoded compactly with keys in sorted order. Bodies with a
-// Content-Encoding (gzip, …) and bodies cut by the payload cap are not
-// decoded: only regex rules reach them.
+// re-encoded compactly with keys in sorted order. A body is JSON when it
+// starts with { or [, whatever its Content-Type says. Bodies with a
+// Content-Encoding of gzip, deflate or br are decoded, masked and encoded
+// again; bodies cut by the payload cap are masked in what is kept (JSON
+// token by token); query strings and form values are URL-decoded before
+// regex rules see them. What cannot be decoded is kept as it is and
+// counted (Stats.MaskSkipped).
 type Masker struct {
 	headers map[string]string // lower-case header name → replacement
 	forms   map[string]string // form field name → replacement

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/retrace-dev/retrace/internal/stripe"
 )
@@ -104,6 +105,10 @@ type PipelineConfig struct {
 	// ErrorLog receives every error of the store, unthrottled. Nil
 	// discards them (they are counted, and Logger reports them).
 	ErrorLog func(error)
+	// Decode, when set, gives each call whose request is not UTF-8 text
+	// its decoded form (Call.Decoded; "" for none), on the writer, after
+	// masking and capping. capture.Decode is the wire protocols'.
+	Decode func(proto string, request []byte) string
 }
 
 // Stats are the pipeline's counters.
@@ -499,6 +504,13 @@ func (w *pipelineWriter) write() {
 		}
 		if Cap(s, p.cfg.MaxPayload) {
 			p.truncated.Add(1)
+		}
+		if p.cfg.Decode != nil {
+			for i := range s.Calls {
+				if c := &s.Calls[i]; c.Decoded == "" && len(c.Request) > 0 && !utf8.Valid(c.Request) {
+					c.Decoded = p.cfg.Decode(c.Proto, c.Request)
+				}
+			}
 		}
 	}
 	w.store(w.batch)

@@ -74,7 +74,7 @@ func FromEnv(getenv func(string) string, logger *slog.Logger) (hook.Recorder, fu
 		}
 	}
 	pipe, err := recording.NewPipeline(recording.PipelineConfig{
-		Store: store, Sampler: sampler, Mask: mask, BufferBytes: buffer,
+		Store: store, Sampler: sampler, Mask: mask, Decode: Decode, BufferBytes: buffer,
 		// drops and store failures at level error, the agent's default:
 		// the first at once, then a count every ReportInterval
 		Logger: logger.With("store", dest),

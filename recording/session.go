@@ -18,6 +18,9 @@ const (
 	ProtoRedis = "redis"
 	ProtoMySQL = "mysql"
 	ProtoRaw   = "raw" // any other protocol: one write burst and its answer
+	// ProtoBackground is the Inbound.Proto of a background session
+	// (Session.Background): it has no inbound request.
+	ProtoBackground = "background"
 )
 
 // Session is one recorded inbound request and every downstream call it
@@ -29,11 +32,17 @@ type Session struct {
 	// traceparent header, "" without one. Requests of one distributed trace
 	// share it; each is a session of its own with its own ID (schema v1,
 	// added field: readers that do not know it skip it).
-	Trace   string    `json:"trace,omitempty"`
-	App     string    `json:"app,omitempty"`
-	At      time.Time `json:"at"`
-	Inbound Inbound   `json:"inbound"`
-	Calls   []Call    `json:"calls"`
+	Trace string `json:"trace,omitempty"`
+	App   string `json:"app,omitempty"`
+	// Background marks the application's start-up and background
+	// traffic: calls of no inbound request (pool warm-up, start-up pings,
+	// driver and ORM initialisation, health checks, background jobs),
+	// recorded so that a replayed service can boot and answered to
+	// untraced requests. Its Inbound is empty; replayers skip it.
+	Background bool      `json:"background,omitempty"`
+	At         time.Time `json:"at"`
+	Inbound    Inbound   `json:"inbound"`
+	Calls      []Call    `json:"calls"`
 }
 
 // Inbound is the request the service received and the response it sent.

@@ -382,6 +382,9 @@ func countSessions(ctx context.Context, dir string) (int, *recording.Session, er
 	n := 0
 	var example *recording.Session
 	err = store.Scan(ctx, func(s *recording.Session) error {
+		if s.Background {
+			return nil // the service's start-up traffic, not a request (written at patches.Stop)
+		}
 		n++
 		if example == nil && strings.HasPrefix(string(s.Inbound.Request), "POST /orders ") {
 			example = s

@@ -32,6 +32,7 @@ import (
 	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/mockserver/mocktest"
 	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/recording/redisstore" // redis:// for the replicas' shared store
 	"github.com/retrace-dev/retrace/replayer/analyze"
 	"github.com/retrace-dev/retrace/trace"
 )
@@ -483,7 +484,7 @@ func startMocks(t *testing.T, replicas int, sessions []*recording.Session) []*mo
 			return
 		}
 		defer rs.Close()
-		if r, ok := rs.(*recording.RedisStore); ok {
+		if r, ok := rs.(*redisstore.Store); ok {
 			rdb := goredis.NewClient(&goredis.Options{Addr: testenv.RedisAddr(t)})
 			defer rdb.Close()
 			iter := rdb.Scan(ctx, 0, r.Prefix()+"*", 1000).Iterator()

@@ -18,6 +18,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/internal/agenttest"
 	"github.com/retrace-dev/retrace/internal/testenv"
 	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/mockserver/mocktest"
@@ -401,6 +402,7 @@ func TestReplayNamesThatNoLongerResolve(t *testing.T) {
 	for i := range tids {
 		tids[i] = trace.NewID()
 	}
+	sessionOf := map[string]string{} // traceparent id → the request's session
 	dir := t.TempDir()
 	store, err := recording.Open(ctx, dir)
 	if err != nil {
@@ -426,7 +428,7 @@ func TestReplayNamesThatNoLongerResolve(t *testing.T) {
 	sut, c := newService(t, redisName, dbName2, dbName, prefix, base)
 	var serveWG sync.WaitGroup
 	serveWG.Go(func() { sut.Serve(sutLn) })
-	want := drive(sutLn.Addr().String(), func(i int) string {
+	want := wiretest.Drive(t, sutLn.Addr().String(), traces, func(i int) string {
 		return fmt.Sprintf("traceparent: 00-%s-%016x-01", tids[i], i+1)
 	})
 	sut.Close()
@@ -458,6 +460,9 @@ func TestReplayNamesThatNoLongerResolve(t *testing.T) {
 	hosts := map[string]string{}
 	n, err := srv.Load(ctx, func(ctx context.Context, yield func(*recording.Session) error) error {
 		return rd.Scan(ctx, func(s *recording.Session) error {
+			if s.Trace != "" && s.Inbound.Local == sutLn.Addr().String() {
+				sessionOf[s.Trace] = s.ID
+			}
 			for _, c := range s.Calls {
 				if c.Host != "" {
 					hosts[c.Host] = c.Dst
@@ -474,5 +479,5 @@ func TestReplayNamesThatNoLongerResolve(t *testing.T) {
 	if fmt.Sprint(hosts) != fmt.Sprint(wantHosts) {
 		t.Fatalf("recorded destinations (as dialled → as resolved) %v, want %v", hosts, wantHosts)
 	}
-	replayThroughAgent(t, srv, redisName, dbName2, dbName, prefix, base, func(i int) string { return tids[i] }, want)
+	replayThroughAgent(t, srv, redisName, dbName2, dbName, prefix, base, func(i int) string { return sessionOf[tids[i]] }, want)
 }

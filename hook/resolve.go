@@ -10,8 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-
-	"github.com/agiledragon/gomonkey/v2/creflect"
 )
 
 // Logical destinations (DESIGN.md 10). net resolves every name it dials in
@@ -46,13 +44,13 @@ var lookupIPAddr atomic.Pointer[lookupIPAddrFunc]
 // resolveTarget finds internetAddrList to patch and lookupIPAddr to call.
 func resolveTarget() (target, error) {
 	rt := reflect.TypeFor[*net.Resolver]()
-	word, ok := creflect.MethodByName(rt, "internetAddrList")
-	if !ok || word == nil {
-		return target{}, fmt.Errorf("%w: (*net.Resolver).internetAddrList not found through reflect", ErrUnsupported)
+	word := methodWord(rt, "internetAddrList")
+	if word == nil {
+		return target{}, fmt.Errorf("%w: (*net.Resolver).internetAddrList not found in its type's methods", ErrUnsupported)
 	}
-	lw, ok := creflect.MethodByName(rt, "lookupIPAddr")
-	if !ok || lw == nil {
-		return target{}, fmt.Errorf("%w: (*net.Resolver).lookupIPAddr not found through reflect", ErrUnsupported)
+	lw := methodWord(rt, "lookupIPAddr")
+	if lw == nil {
+		return target{}, fmt.Errorf("%w: (*net.Resolver).lookupIPAddr not found in its type's methods", ErrUnsupported)
 	}
 	inner := target{name: "net.(*Resolver).lookupIPAddr", word: lw}
 	if err := checkName(inner); err != nil {

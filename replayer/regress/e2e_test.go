@@ -81,3 +81,20 @@ func TestEndToEndWithMockServer(t *testing.T) {
 		}
 	}
 }
+
+// TestReplaysLeaveNoTraceState replays many sessions at once through the
+// real mock server: once every replay is over, the mock server holds no
+// state of any of their traces.
+func TestReplaysLeaveNoTraceState(t *testing.T) {
+	sessions := record(t)
+	mock := mocktest.NewServer(t, mockserver.Config{}, sessions...)
+	shop := replaytest.NewShop(t, replaytest.ShopV1, replaytest.Framed(mock.Addr(), replaytest.PricesDst))
+	cfg := regress.Config{Source: regress.Sessions(sessions), Target: shop.URL, MockAdmin: mock.AdminURL(), Concurrency: 16, Repeat: 60}
+	c := run(t, cfg)
+	if got := len(c.byStatus(regress.Errored)); got != 0 {
+		t.Fatalf("%d replays errored", got)
+	}
+	if n := mock.Traces(); n != 0 {
+		t.Fatalf("%d replays of %d left trace state behind", n, len(c.results))
+	}
+}

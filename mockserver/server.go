@@ -21,9 +21,9 @@ type Server struct {
 	cfg      Config
 	log      *slog.Logger
 	logLimit *ratelog.Handler // nil when LogWindow < 0
-	idx     *index
-	traces  *traceTable
-	metrics *metrics
+	idx      *index
+	traces   *traceTable
+	metrics  *metrics
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -101,7 +101,7 @@ func runExtract(ctx context.Context, p *proc, args []string) error {
 	}
 	src, closeSrc, err := openSource(ctx, p, *from, *format, f)
 	if err != nil {
-		return err
+		return usageError("--from %s: %v", *from, err)
 	}
 	defer closeSrc()
 	var bad []extract.BadLine

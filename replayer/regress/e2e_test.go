@@ -3,6 +3,7 @@ package regress_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/retrace-dev/retrace/mockserver"
@@ -96,5 +97,25 @@ func TestReplaysLeaveNoTraceState(t *testing.T) {
 	}
 	if n := mock.Traces(); n != 0 {
 		t.Fatalf("%d replays of %d left trace state behind", n, len(c.results))
+	}
+}
+
+// A mock server with an admin token: the replayer sends it; without it
+// every replay is an error naming the refusal.
+func TestMockAdminToken(t *testing.T) {
+	sessions := record(t)
+	mock := mocktest.NewServer(t, mockserver.Config{AdminToken: "tok-123"}, sessions...)
+	shop := replaytest.NewShop(t, replaytest.ShopV1, replaytest.Framed(mock.Addr(), replaytest.PricesDst))
+	cfg := regress.Config{Source: regress.Sessions(sessions), Target: shop.URL, MockAdmin: mock.AdminURL(), MockAdminToken: "tok-123"}
+	c := run(t, cfg)
+	if n := len(c.byStatus(regress.Errored)); n != 0 || len(c.results) != len(sessions) {
+		t.Fatalf("with the token: %d of %d replays errored", n, len(c.results))
+	}
+	cfg.MockAdminToken = ""
+	c = run(t, cfg)
+	for _, r := range c.results {
+		if r.Status != regress.Errored || !strings.Contains(r.Error, "401") {
+			t.Fatalf("without the token: %s %s %q, want an error naming 401", r.Name(), r.Status, r.Error)
+		}
 	}
 }

@@ -290,7 +290,7 @@ func TestLateRequestsLeaveNoTraceState(t *testing.T) {
 
 func TestTraceStateExpires(t *testing.T) {
 	t.Run("idle for TraceTTL", func(t *testing.T) {
-		srv := mocktest.NewServer(t, mockserver.Config{TraceTTL: 150 * time.Millisecond}, priceSession("rec-a"))
+		srv := mocktest.NewServer(t, mockserver.Config{TraceTTL: 400 * time.Millisecond}, priceSession("rec-a"))
 		fc := dialFramed(t, srv)
 		alias(t, srv, "kept", "rec-a")
 		alias(t, srv, "idle", "rec-a")
@@ -298,17 +298,32 @@ func TestTraceStateExpires(t *testing.T) {
 		if code, _, err := fc.get("idle"); code != 200 || err != nil {
 			t.Fatalf("call of idle: %d, %v", code, err)
 		}
-		// "kept" is used all along, for 4 TTLs: it stays.
-		for range 20 {
-			if code, _, err := fc.get("kept"); code != 200 && code != 502 || err != nil {
-				t.Fatalf("call of kept: %d, %v", code, err)
+		// "kept" is used all along, until the others have expired: it
+		// stays.
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var calls atomic.Int64
+		wg.Go(func() {
+			kc := dialFramed(t, srv)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				if _, _, err := kc.get("kept"); err != nil {
+					t.Errorf("call of kept: %v", err)
+					return
+				}
+				calls.Add(1)
 			}
-			time.Sleep(30 * time.Millisecond)
-		}
+		})
 		waitFor(t, "idle traces and aliases to expire", func() bool { return srv.Traces() == 1 && srv.Aliases() == 1 })
+		close(stop)
+		wg.Wait()
 		_, rep := admin(t, srv, "GET", "/traces/kept", "", "")
-		if strings.Count(rep, `"seq":`) != 20 {
-			t.Fatalf("the trace in use lost calls: %s", rep)
+		if n := strings.Count(rep, `"seq":`); n != int(calls.Load()) || n == 0 {
+			t.Fatalf("the trace in use has %d of its %d calls: %s", n, calls.Load(), rep)
 		}
 		if got := metricValue(t, srv, `retrace_mock_traces_dropped_total{reason="ttl"}`); got != 1 {
 			t.Fatalf("ttl drops counted: %v, want 1", got)

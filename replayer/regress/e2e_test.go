@@ -2,6 +2,7 @@ package regress_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -112,10 +113,8 @@ func TestMockAdminToken(t *testing.T) {
 		t.Fatalf("with the token: %d of %d replays errored", n, len(c.results))
 	}
 	cfg.MockAdminToken = ""
-	c = run(t, cfg)
-	for _, r := range c.results {
-		if r.Status != regress.Errored || !strings.Contains(r.Error, "401") {
-			t.Fatalf("without the token: %s %s %q, want an error naming 401", r.Name(), r.Status, r.Error)
-		}
+	err := regress.Run(context.Background(), cfg, func(*regress.Result) { t.Error("a session was replayed without the token") })
+	if !errors.Is(err, regress.ErrUnreachable) || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "--mock-admin-token") {
+		t.Fatalf("without the token: %v; want the run refused at once, naming 401 and the flag", err)
 	}
 }

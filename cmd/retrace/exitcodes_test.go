@@ -33,11 +33,13 @@ type exitCase struct {
 
 func runWithin(t *testing.T, d time.Duration, args ...string) (int, string, string) {
 	t.Helper()
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	if d > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d)
-		defer cancel()
+		// A cancel, as SIGINT does, not a deadline: a deadline would also
+		// bound the command's own connections.
+		stop := time.AfterFunc(d, cancel)
+		defer stop.Stop()
 	}
 	var out, errb bytes.Buffer
 	p := &proc{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}
@@ -106,10 +108,10 @@ func TestExitCodes(t *testing.T) {
 	base, cand, empty := filepath.Join(dir, "base"), filepath.Join(dir, "cand"), filepath.Join(dir, "empty")
 	report := func(name string) string { return filepath.Join(dir, "report-"+name) }
 	summary := func(name string, complete bool) func(*testing.T, string, string) {
-		return func(t *testing.T, _, _ string) {
+		return func(t *testing.T, stdout, stderr string) {
 			s := readJSON(t, filepath.Join(report(name), "summary.json"))
 			if s["complete"] != complete {
-				t.Errorf("summary.json: complete %v, want %v", s["complete"], complete)
+				t.Errorf("summary.json: complete %v, want %v\nstdout: %s\nstderr: %s", s["complete"], complete, stdout, stderr)
 			}
 		}
 	}

@@ -24,6 +24,7 @@ type Server struct {
 	idx      *index
 	traces   *traceTable
 	metrics  *metrics
+	dests    *dests
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -69,6 +70,12 @@ func New(cfg Config) (*Server, error) {
 				"dropped", n, "max_traces", cfg.MaxTraces)
 		}
 	})
+	s.dests = newDests(cfg.Map, func(d DestDecision) {
+		if d.How == HowExact {
+			return
+		}
+		s.log.Info("destination", "live", d.Live, "recorded", d.Recorded, "how", d.How, "proto", d.Proto, "reason", d.Reason, "tentative", d.Tentative)
+	})
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.epoch = time.Now().Add(-time.Nanosecond)
 	return s, nil
@@ -95,6 +102,10 @@ func (s *Server) Load(ctx context.Context, src Source) (int, error) {
 func (s *Server) AddSession(sess *recording.Session) {
 	s.idx.add(sess)
 }
+
+// Destinations returns which recorded destination answers each live
+// destination seen so far, and why (DESIGN.md section 10).
+func (s *Server) Destinations() []DestDecision { return s.dests.list() }
 
 // now reads the server's clock: the time since epoch, always positive.
 func (s *Server) now() time.Duration { return time.Since(s.epoch) }

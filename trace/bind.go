@@ -21,6 +21,9 @@ type Trace struct {
 	// Arrived is when the agent saw the request (with a monotonic clock
 	// reading), so a mocked clock can add the time elapsed since.
 	Arrived time.Time
+	// Random is the request's randomness (RETRACE_RANDOM), nil when the
+	// agent leaves it alone: set by the agent before Bind.
+	Random *Random
 }
 
 // binding is one Bind: a trace attached to one goroutine and, through a

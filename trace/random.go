@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"bytes"
 	"encoding/base64"
 	"fmt"
 	"strconv"
@@ -196,7 +197,7 @@ func (r *Random) Replay(p []byte) bool {
 func (r *Random) Record(p []byte) {
 	r.mu.Lock()
 	if !r.replaying {
-		r.draws = append(r.draws, append([]byte(nil), p...))
+		r.draws = append(r.draws, bytes.Clone(p))
 	}
 	r.mu.Unlock()
 }

@@ -62,8 +62,9 @@ type Recorder struct {
 }
 
 var (
-	_ hook.Recorder = (*Recorder)(nil)
-	_ hook.PathUser = (*Recorder)(nil)
+	_ hook.Recorder       = (*Recorder)(nil)
+	_ hook.PathUser       = (*Recorder)(nil)
+	_ hook.RandomRecorder = (*Recorder)(nil)
 )
 
 // New returns a Recorder that submits to cfg.Pipeline.
@@ -207,7 +208,8 @@ type active struct {
 	resp   payload
 	framer httpframe.Response
 
-	at            time.Time // wall clock at the request's start
+	random        *trace.Random // what the request draws (RETRACE_RANDOM), or nil
+	at            time.Time     // wall clock at the request's start
 	start         int64     // Recorder.now at the request's start
 	in            *inbound  // the connection the request came on
 	local, remote string
@@ -331,6 +333,27 @@ func inboundSession(c *hook.ConnInfo, tid string) *active {
 	return nil
 }
 
+// RandomStarted keeps the request's randomness with its session, to store
+// when the session ends.
+func (r *Recorder) RandomStarted(c *hook.ConnInfo, tid string, rnd *trace.Random) {
+	a := inboundSession(c, tid)
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	a.random = rnd
+	a.mu.Unlock()
+}
+
+// recordedRandom is what a session stores of the request's randomness.
+func recordedRandom(rnd *trace.Random) *recording.Random {
+	if rnd == nil {
+		return nil
+	}
+	return &recording.Random{Seed: rnd.Seed, Math: rnd.MathDraws(trace.MathRand), MathV2: rnd.MathDraws(trace.MathRandV2),
+		Crypto: rnd.Draws()}
+}
+
 // InboundRead adds request bytes to the session.
 func (r *Recorder) InboundRead(c *hook.ConnInfo, tid string, p []byte) {
 	a := inboundSession(c, tid)
@@ -423,6 +446,7 @@ func (r *Recorder) finish(a *active) {
 	}
 	calls := a.calls
 	a.calls = nil
+	rnd := a.random
 	s := &recording.Session{
 		V: recording.SchemaVersion, ID: a.id, App: r.app, At: a.at,
 		Inbound: recording.Inbound{Proto: protoHTTP, Local: a.local, Remote: a.remote,
@@ -432,6 +456,7 @@ func (r *Recorder) finish(a *active) {
 	a.mu.Unlock()
 	r.forgetActive(a)
 	s.Calls = snapshotCalls(calls, a.start)
+	s.Random = recordedRandom(rnd)
 	r.pipe.Submit(s)
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"reflect"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -142,9 +143,12 @@ func (e *engine) newRandom(tid string, h *trace.RequestHead) *trace.Random {
 func runtimeRand() uint64
 
 // mathDraw is the next draw of source s for the calling goroutine's
-// request, false when it gets real randomness.
+// request, false when it gets real randomness: no request, or a draw the
+// standard library makes for itself (database/sql handing a connection to
+// a random waiter, crypto's key generation), which depends on timing, not
+// on the request.
 func mathDraw(s trace.MathSource) (uint64, bool) {
-	if r := currentRandom(); r != nil {
+	if r := currentRandom(); r != nil && userDraw() {
 		return r.Uint64(s)
 	}
 	return 0, false
@@ -231,47 +235,100 @@ func cryptoReaderRead(_ unsafe.Pointer, b []byte) (int, error) {
 	return rr(nil, nil, b)
 }
 
-// userDraw reports whether the crypto/rand draw in progress is the
-// application's: the first function on the stack above the draw that is
-// not the agent's, io's or crypto/rand's own is not in one of Go's crypto
-// packages (crypto/..., vendor/golang.org/x/crypto/...). A TLS handshake
-// or a key generation draws from crypto/tls or crypto/ecdsa; an id
-// generator from github.com/google/uuid, through io.ReadFull.
+// userDraw reports whether the draw in progress is the application's:
+// the first function on the stack above the draw that is not the agent's,
+// nor one of the standard library's through which applications draw (io,
+// bufio, math/rand, math/rand/v2, crypto/rand), is not in the standard
+// library. A TLS handshake draws from crypto/tls, a key generation from
+// crypto/ecdsa, database/sql's pool from database/sql; an id generator
+// from github.com/google/uuid (through io.ReadFull), a handler from its
+// own package.
 //
-// It walks a few frames of the stack (inlined ones included); only crypto
-// draws on a traced goroutine pay it.
+// The stack is walked by return addresses, each classified once (its
+// inlined frames included) and then found in a table: only draws on a
+// traced goroutine pay it.
 func userDraw() bool {
-	var pcs [24]uintptr
-	n := runtime.Callers(2, pcs[:])
-	frames := runtime.CallersFrames(pcs[:n])
-	for {
-		f, more := frames.Next()
-		switch pkg := funcPackage(f.Function); {
-		case pkg == "io", pkg == "crypto/rand", pkg == "crypto/internal/rand", pkg == "github.com/retrace-dev/retrace/hook":
-		case pkg == "":
+	var pcs [16]uintptr
+	n := runtime.Callers(3, pcs[:]) // above the double's caller
+	for _, pc := range pcs[:n] {
+		switch callerKind(pc) {
+		case callerUser:
 			return true
-		default:
-			return !strings.HasPrefix(pkg, "crypto/") && !strings.HasPrefix(pkg, "vendor/golang.org/x/crypto/")
-		}
-		if !more {
-			return true
+		case callerStd:
+			return false
 		}
 	}
+	return true
 }
 
-// funcPackage returns the import path of a function's package, from its
-// runtime name ("crypto/tls.(*Conn).makeClientHello" → "crypto/tls").
-func funcPackage(name string) string {
-	if i := strings.IndexByte(name, '['); i >= 0 {
-		name = name[:i] // type arguments may hold paths
+// Kinds of return addresses, for userDraw.
+const (
+	callerUnknown uint8 = iota
+	callerThrough       // the agent's, or a library function that draws for its caller
+	callerStd           // the standard library's own
+	callerUser          // the application's, or a module's it depends on
+)
+
+// callerKinds caches callerKind by return address (uintptr → uint8).
+var callerKinds sync.Map
+
+// callerKind classifies the return address pc: the innermost of the
+// frames inlined there that is not callerThrough decides.
+func callerKind(pc uintptr) uint8 {
+	if k, ok := callerKinds.Load(pc); ok {
+		return k.(uint8)
 	}
-	slash := strings.LastIndexByte(name, '/') + 1
-	dot := strings.IndexByte(name[slash:], '.')
-	if dot < 0 {
-		return ""
+	k := callerThrough
+	frames := runtime.CallersFrames([]uintptr{pc})
+	for {
+		f, more := frames.Next()
+		if pk := packageKind(funcPackage(f.Function)); pk != callerThrough {
+			k = pk
+			break
+		}
+		if !more {
+			break
+		}
 	}
-	return name[:slash+dot]
+	callerKinds.Store(pc, k)
+	return k
 }
+
+// packageKind classifies a package by its import path.
+func packageKind(pkg string) uint8 {
+	switch pkg {
+	case "", "io", "bufio", "math/rand", "math/rand/v2", "crypto/rand", "crypto/internal/rand",
+		"github.com/retrace-dev/retrace/hook", "runtime":
+		return callerThrough
+	case "main":
+		return callerUser
+	}
+	first, _, _ := strings.Cut(pkg, "/")
+	if strings.Contains(first, ".") {
+		return callerUser
+	}
+	for _, m := range modulePaths() {
+		if pkg == m || strings.HasPrefix(pkg, m+"/") {
+			return callerUser // a module whose path has no dot ("module orders")
+		}
+	}
+	return callerStd // including vendor/golang.org/x/crypto/..., std's own copy
+}
+
+// modulePaths are the paths of the modules the program was built from.
+var modulePaths = sync.OnceValue(func() []string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return nil
+	}
+	out := []string{}
+	for _, m := range append([]*debug.Module{&bi.Main}, bi.Deps...) {
+		if m.Path != "" && m.Path != "command-line-arguments" {
+			out = append(out, m.Path)
+		}
+	}
+	return out
+})
 
 //go:linkname typelinks reflect.typelinks
 func typelinks() (sections []unsafe.Pointer, offset [][]int32)
@@ -382,4 +439,18 @@ func cryptoTargets() ([]target, error) {
 	*word = v.Pointer()
 	read := target{name: "crypto/rand.Read", word: unsafe.Pointer(word), typ: v.Type(), double: cryptoRead}
 	return []target{read, wrapper}, nil
+}
+
+// funcPackage returns the import path of a function's package, from its
+// runtime name ("crypto/tls.(*Conn).makeClientHello" → "crypto/tls").
+func funcPackage(name string) string {
+	if i := strings.IndexByte(name, '['); i >= 0 {
+		name = name[:i] // type arguments may hold paths
+	}
+	slash := strings.LastIndexByte(name, '/') + 1
+	dot := strings.IndexByte(name[slash:], '.')
+	if dot < 0 {
+		return ""
+	}
+	return name[:slash+dot]
 }

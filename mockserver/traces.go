@@ -257,6 +257,9 @@ func (s *Server) report(ts *traceState, trace, rec string) TraceReport {
 		}
 	}
 	for i, c := range ts.entry.s.Calls {
+		if _, pass := s.cfg.passthrough(c.Dst); pass {
+			continue // proxied whole to the real destination, never matched
+		}
 		if !c.Setup && !usedCall[i] {
 			r.Unused = append(r.Unused, c)
 		}

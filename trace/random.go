@@ -1,7 +1,6 @@
 package trace
 
 import (
-	"bytes"
 	"encoding/base64"
 	"fmt"
 	"strconv"
@@ -197,7 +196,7 @@ func (r *Random) Replay(p []byte) bool {
 func (r *Random) Record(p []byte) {
 	r.mu.Lock()
 	if !r.replaying {
-		r.draws = append(r.draws, bytes.Clone(p))
+		r.draws = append(r.draws, append([]byte{}, p...)) // an empty draw stays empty, not nil
 	}
 	r.mu.Unlock()
 }

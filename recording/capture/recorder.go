@@ -210,8 +210,8 @@ type active struct {
 
 	random        *trace.Random // what the request draws (RETRACE_RANDOM), or nil
 	at            time.Time     // wall clock at the request's start
-	start         int64     // Recorder.now at the request's start
-	in            *inbound  // the connection the request came on
+	start         int64         // Recorder.now at the request's start
+	in            *inbound      // the connection the request came on
 	local, remote string
 
 	// next is the session of the next sampled request on the same

@@ -244,12 +244,12 @@ func cryptoReaderRead(_ unsafe.Pointer, b []byte) (int, error) {
 // from github.com/google/uuid (through io.ReadFull), a handler from its
 // own package.
 //
-// The stack is walked by return addresses, each classified once (its
-// inlined frames included) and then found in a table: only draws on a
-// traced goroutine pay it.
+// The stack is walked by frame pointers, and each return address is
+// classified once (its inlined frames included), then found in a table:
+// only draws on a traced goroutine pay it.
 func userDraw() bool {
 	var pcs [16]uintptr
-	n := runtime.Callers(3, pcs[:]) // above the double's caller
+	n := returnPCs(pcs[:])
 	for _, pc := range pcs[:n] {
 		switch callerKind(pc) {
 		case callerUser:
@@ -269,14 +269,24 @@ const (
 	callerUser          // the application's, or a module's it depends on
 )
 
-// callerKinds caches callerKind by return address (uintptr → uint8).
-var callerKinds sync.Map
+// kindEntry is a classified return address; entries are never modified,
+// so a slot of kindCache is read with one atomic load.
+type kindEntry struct {
+	pc   uintptr
+	kind uint8
+}
+
+// kindCache holds callerKind's answers, direct-mapped by a hash of the
+// return address (a collision replaces the entry: it is classified again
+// when needed).
+var kindCache [4096]atomic.Pointer[kindEntry]
 
 // callerKind classifies the return address pc: the innermost of the
 // frames inlined there that is not callerThrough decides.
 func callerKind(pc uintptr) uint8 {
-	if k, ok := callerKinds.Load(pc); ok {
-		return k.(uint8)
+	slot := &kindCache[uint64(pc)*0x9e3779b97f4a7c15>>52]
+	if e := slot.Load(); e != nil && e.pc == pc {
+		return e.kind
 	}
 	k := callerThrough
 	frames := runtime.CallersFrames([]uintptr{pc})
@@ -290,7 +300,7 @@ func callerKind(pc uintptr) uint8 {
 			break
 		}
 	}
-	callerKinds.Store(pc, k)
+	slot.Store(&kindEntry{pc: pc, kind: k})
 	return k
 }
 

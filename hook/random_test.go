@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -375,4 +376,60 @@ func serveHTTPStop(t *testing.T, h http.Handler) (string, func()) {
 	stop := func() { once.Do(func() { srv.Close(); <-done }) }
 	t.Cleanup(stop)
 	return ln.Addr().String(), stop
+}
+
+// BenchmarkRandomHandler serves a handler that draws 12 values from
+// math/rand and math/rand/v2 (an order number, a ticket, a jitter, a
+// shuffle of 8) to traced replayed requests, with RETRACE_RANDOM=off and
+// =math in alternating slices of the same run, and reports the time per
+// request of each and their ratio (math/off). One client, keep-alive.
+func BenchmarkRandomHandler(b *testing.B) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var out [4]int
+		out[0] = mrand2.IntN(1_000_000)
+		out[1] = mrand.Intn(1000)
+		out[2] = int(mrand2.Float64() * 100)
+		out[3] = mrand.Perm(8)[0]
+		fmt.Fprintf(w, "%v", out)
+	})
+	const slices = 8
+	var took [2]time.Duration
+	var served [2]int
+	for s := range slices {
+		for side, mode := range []hook.RandomMode{hook.RandomOff, hook.RandomMath} {
+			n := b.N / slices
+			if s == 0 {
+				n++ // at least one request per side
+			}
+			func() {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				require.NoError(b, err)
+				undo, err := hook.Install(hook.Config{Mode: hook.Replay, MockAddr: "127.0.0.1:9", Passthrough: []string{ln.Addr().String()},
+					Random: mode, NoClock: true, Logger: discardLogger()})
+				require.NoError(b, err)
+				srv := &http.Server{Handler: handler}
+				done := make(chan struct{})
+				go func() { defer close(done); srv.Serve(ln) }()
+				rc, err := agenttest.DialRaw(ln.Addr().String())
+				require.NoError(b, err)
+				start := time.Now()
+				for i := range n {
+					if _, _, err := rc.Get("/", fmt.Sprintf("Retrace-Trace-Id: bench-%d", i), "Retrace-Replay-Seed: 12345"); err != nil {
+						b.Fatal(err)
+					}
+				}
+				took[side] += time.Since(start)
+				served[side] += n
+				rc.Close()
+				srv.Close()
+				<-done
+				undo()
+			}()
+		}
+	}
+	off := float64(took[0]) / float64(served[0])
+	math := float64(took[1]) / float64(served[1])
+	b.ReportMetric(off, "ns/req-off")
+	b.ReportMetric(math, "ns/req-math")
+	b.ReportMetric(math/off, "math/off")
 }

@@ -288,21 +288,29 @@ func callerKind(pc uintptr) uint8 {
 	if e := slot.Load(); e != nil && e.pc == pc {
 		return e.kind
 	}
+	// A return address found by frame pointers is a physical frame: the
+	// runtime expands it into the logical frames inlined there (innermost
+	// first), as it does for profiles; each names its function.
 	k := callerThrough
-	frames := runtime.CallersFrames([]uintptr{pc})
-	for {
-		f, more := frames.Next()
+	var logical [32]uintptr
+	n := fpunwindExpand(logical[:], []uintptr{0, pc}) // no frame skipped
+	for _, lpc := range logical[:n] {
+		f, _ := runtime.CallersFrames([]uintptr{lpc}).Next()
 		if pk := packageKind(funcPackage(f.Function)); pk != callerThrough {
 			k = pk
-			break
-		}
-		if !more {
 			break
 		}
 	}
 	slot.Store(&kindEntry{pc: pc, kind: k})
 	return k
 }
+
+// fpunwindExpand turns return addresses found by frame pointers into the
+// logical frames of runtime.Callers; src[0] is a number of frames to skip.
+// The runtime keeps it for runtime/pprof.
+//
+//go:linkname fpunwindExpand runtime.pprof_fpunwindExpand
+func fpunwindExpand(dst, src []uintptr) int
 
 // packageKind classifies a package by its import path.
 func packageKind(pkg string) uint8 {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	gofrs "github.com/gofrs/uuid"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
@@ -35,6 +36,7 @@ type drawn struct {
 	ChildV2   float64  `json:"child_v2"`   // math/rand/v2, a child goroutine
 	UUID      string   `json:"uuid"`       // google/uuid (crypto/rand.Reader)
 	ChildUUID string   `json:"child_uuid"` // google/uuid in a child goroutine
+	Gofrs     string   `json:"gofrs"`      // gofrs/uuid (crypto/rand.Reader)
 	Big       string   `json:"big"`        // crypto/rand.Int
 	Text      string   `json:"text"`       // crypto/rand.Text
 	TLS       []string `json:"tls,omitempty"`
@@ -67,6 +69,7 @@ func randomHandler(tlsClient *http.Client, tlsURL string) http.HandlerFunc {
 		n, _ := crand.Int(crand.Reader, big.NewInt(1<<40))
 		d.Big = n.String()
 		d.Text = crand.Text()
+		d.Gofrs = gofrs.Must(gofrs.NewV4()).String()
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			d.ChildV1 = mrand.Perm(5)
@@ -242,7 +245,7 @@ func TestRandomRecordReplay(t *testing.T) {
 	recs := recordRandom(t, hook.RandomAll, 200, false)
 	seen := map[string]bool{}
 	for _, r := range recs {
-		require.Len(t, r.draws, 5, "crypto draws of %s: order, uuid, Int, Text, child uuid", r.d.Trace) // Int draws once for 2^40
+		require.Len(t, r.draws, 6, "crypto draws of %s: order, uuid, Int, Text, gofrs, child uuid", r.d.Trace) // Int draws once for 2^40
 		require.False(t, seen[r.d.UUID], "uuid %s drawn twice", r.d.UUID)
 		seen[r.d.UUID] = true
 	}
@@ -352,7 +355,7 @@ func TestRandomTLSNotRecorded(t *testing.T) {
 	require.NoError(t, err)
 	defer undo()
 	for i, r := range recs {
-		require.Len(t, r.draws, 5, "the handshake's draws were recorded")
+		require.Len(t, r.draws, 6, "the handshake's draws were recorded")
 		require.Equal(t, []string{"200 OK"}, r.d.TLS)
 		tid := fmt.Sprintf("tls-%d", i)
 		got := getDrawn(t, addr, r.headers(tid)...)

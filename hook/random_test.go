@@ -54,7 +54,7 @@ func randomHandler(tlsClient *http.Client, tlsURL string) http.HandlerFunc {
 		if tlsURL != "" {
 			resp, err := tlsClient.Get(tlsURL)
 			if err != nil {
-				http.Error(w, err.Error(), 500)
+				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
 			resp.Body.Close()

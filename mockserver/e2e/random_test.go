@@ -87,7 +87,7 @@ func TestOrdersService(t *testing.T) {
 		var o order
 		resp, err := tlsDown.Get(os.Getenv(envOrdersTLS) + "/ping")
 		if err != nil {
-			http.Error(w, "tls downstream: "+err.Error(), 502)
+			http.Error(w, "tls downstream: "+err.Error(), http.StatusBadGateway)
 			return
 		}
 		resp.Body.Close()
@@ -104,13 +104,13 @@ func TestOrdersService(t *testing.T) {
 		wg.Wait()
 		if _, err := db.ExecContext(r.Context(), "INSERT INTO orders (number, ticket, uuid, jitter) VALUES (?, ?, ?, ?)",
 			o.Number, o.Ticket, o.UUID, o.Jitter); err != nil {
-			http.Error(w, "insert: "+err.Error(), 500)
+			http.Error(w, "insert: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
 		body, _ := json.Marshal(o)
 		resp, err = down.Post(os.Getenv(envOrdersHTTP)+"/notify", "application/json", strings.NewReader(string(body)))
 		if err != nil {
-			http.Error(w, "http downstream: "+err.Error(), 502)
+			http.Error(w, "http downstream: "+err.Error(), http.StatusBadGateway)
 			return
 		}
 		io.Copy(io.Discard, resp.Body)

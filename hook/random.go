@@ -68,27 +68,11 @@ type RandomRecorder interface {
 	RandomStarted(c *ConnInfo, tid string, r *trace.Random)
 }
 
-// randomLive counts the live bindings of traces that carry a Random; while
-// it is zero the random doubles do not look up the calling goroutine's
-// trace.
-var randomLive atomic.Int64
-
-// withLiveRandom counts a binding with a Random until release.
-func withLiveRandom(release func()) func() {
-	randomLive.Add(1)
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			randomLive.Add(-1)
-			release()
-		})
-	}
-}
-
 // currentRandom returns the randomness of the calling goroutine's request,
-// or nil.
+// or nil. While no trace with randomness is bound it costs one atomic
+// load.
 func currentRandom() *trace.Random {
-	if randomLive.Load() == 0 {
+	if trace.RandomBound() == 0 {
 		return nil
 	}
 	if t := trace.Current(); t != nil {
@@ -97,46 +81,60 @@ func currentRandom() *trace.Random {
 	return nil
 }
 
-// newRandom makes the randomness of a request that gets a trace: a fresh
-// seed in record mode, the recording's in replay (from the request's
-// Retrace-Replay-Seed and Retrace-Replay-Random). Nil when randomness is
-// left alone, or nothing of it is patched.
-func (e *engine) newRandom(tid string, h *trace.RequestHead) *trace.Random {
+// randomTrace is a trace and its randomness, allocated together.
+type randomTrace struct {
+	t trace.Trace
+	r trace.Random
+}
+
+// newTrace makes the trace of a request that gets one, with its
+// randomness: a fresh seed in record mode, the recording's in replay (from
+// the request's Retrace-Replay-Seed and Retrace-Replay-Random); none when
+// randomness is left alone, or nothing of it is patched.
+func (e *engine) newTrace(tid string, h *trace.RequestHead) *trace.Trace {
 	if e.random == RandomOff || !e.mathPatched && !e.cryptoPatched {
-		return nil
+		return &trace.Trace{ID: tid, ReplayTime: h.ReplayTime, Arrived: e.now()}
 	}
+	rt := &randomTrace{t: trace.Trace{ID: tid, ReplayTime: h.ReplayTime, Arrived: e.now()}}
+	rt.t.Random = &rt.r
 	crypto := e.cryptoPatched
 	if e.cfg.Mode == Record {
-		return trace.NewRecordRandom(runtimeRand(), crypto)
-	}
-	rh := h.Random
-	if rh == nil {
-		rh = &trace.ReplayHeaders{}
+		rt.r.InitRecord(runtimeRand(), crypto)
+		return &rt.t
 	}
 	var seed *trace.ReplaySeed
-	if rh.Seed != "" {
-		s, err := trace.ParseReplaySeed(rh.Seed)
-		if err != nil {
-			e.reportOnce("bad-replay-seed", "retrace: replayed request with a bad seed: its math draws get real randomness", "trace", tid, "err", err)
-		} else {
-			seed = &s
-		}
-	}
 	var draws [][]byte
-	if crypto {
-		if rh.BadRandom {
-			e.reportOnce("bad-replay-random", "retrace: Retrace-Replay-Random longer than the agent keeps; the request's crypto draws get real randomness",
+	if rh := h.Random; rh != nil {
+		if rh.Seed != "" {
+			s, err := trace.ParseReplaySeed(rh.Seed)
+			if err != nil {
+				e.reportOnce("bad-replay-seed", "replayed request with a bad seed: its math draws get real randomness", "trace", tid, "err", err)
+			} else {
+				seed = &s
+			}
+		}
+		if crypto && rh.BadRandom {
+			e.reportOnce("bad-replay-random", "Retrace-Replay-Random longer than the agent keeps; the request's crypto draws get real randomness",
 				"trace", tid, "max", trace.MaxReplayRandom)
 		}
-		var err error
-		if draws, err = trace.ParseReplayRandom(rh.Random); err != nil {
-			e.reportOnce("bad-replay-random", "retrace: replayed request with bad crypto draws: they get real randomness", "trace", tid, "err", err)
-			draws = nil
+		if crypto && rh.Random != "" {
+			var err error
+			if draws, err = trace.ParseReplayRandom(rh.Random); err != nil {
+				e.reportOnce("bad-replay-random", "replayed request with bad crypto draws: they get real randomness", "trace", tid, "err", err)
+				draws = nil
+			}
 		}
 	}
-	r := trace.NewReplayRandom(seed, draws, crypto)
-	r.OnDiverge = func(d trace.Divergence) { e.diverged(tid, d) }
-	return r
+	rt.r.InitReplay(seed, draws, crypto)
+	rt.r.TraceID, rt.r.OnDiverge = tid, reportDivergence
+	return &rt.t
+}
+
+// reportDivergence is every replayed Random's OnDiverge.
+func reportDivergence(tid string, d trace.Divergence) {
+	if e := active.Load(); e != nil {
+		e.diverged(tid, d)
+	}
 }
 
 //go:linkname runtimeRand runtime.rand

@@ -51,9 +51,17 @@ func BenchmarkRandomDraw(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer undo()
-				if c.live || c.traced {
-					randomLive.Add(1)
-					defer randomLive.Add(-1)
+				if c.live {
+					// another request's trace, with randomness, bound on a
+					// goroutine of its own
+					bound, release := make(chan struct{}), make(chan struct{})
+					go func() {
+						defer trace.Bind(&trace.Trace{ID: "other", Random: trace.NewRecordRandom(2, true)})()
+						close(bound)
+						<-release
+					}()
+					<-bound
+					defer close(release)
 				}
 				if c.traced {
 					rnd := trace.NewRecordRandom(1, true)

@@ -85,7 +85,7 @@ const maxWaiting = 1024
 func (e *engine) admit(st *connState, tid string, h *trace.RequestHead) {
 	var t *trace.Trace
 	if tid != "" {
-		t = &trace.Trace{ID: tid, ReplayTime: h.ReplayTime, Arrived: e.now(), Random: e.newRandom(tid, h)}
+		t = e.newTrace(tid, h)
 		if t.Random != nil && e.randomRec != nil {
 			e.recordCall("random-started", func() { e.randomRec.RandomStarted(&st.info, tid, t.Random) })
 		}
@@ -241,9 +241,6 @@ func (e *engine) bind(st *connState, t *trace.Trace) {
 		counters.bound.Add(1)
 		if !t.ReplayTime.IsZero() {
 			s.release = withReplayClock(s.release)
-		}
-		if t.Random != nil {
-			s.release = withLiveRandom(s.release)
 		}
 	}
 	st.cur.Store(t)

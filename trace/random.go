@@ -52,10 +52,12 @@ type Random struct {
 	// Crypto says whether crypto/rand draws are recorded or replayed
 	// (RETRACE_RANDOM=all).
 	Crypto bool
+	// TraceID names the request in OnDiverge.
+	TraceID string
 	// OnDiverge, when set (before the first draw), is called with each
 	// divergence as it is noted, on the goroutine that drew, with no lock
 	// held.
-	OnDiverge func(Divergence)
+	OnDiverge func(tid string, d Divergence)
 
 	base [mathSources]uint64        // per source, the stream derived from Seed
 	n    [mathSources]atomic.Uint64 // per source, draws made
@@ -86,9 +88,16 @@ func (d Divergence) String() string {
 // NewRecordRandom returns the randomness of a request being recorded:
 // math draws from seed, crypto draws kept when crypto is set.
 func NewRecordRandom(seed uint64, crypto bool) *Random {
-	r := &Random{Seed: seed, Seeded: true, Crypto: crypto}
-	r.derive()
+	r := &Random{}
+	r.InitRecord(seed, crypto)
 	return r
+}
+
+// InitRecord makes the zero Random r what NewRecordRandom returns, in
+// place (the agent allocates it with its trace).
+func (r *Random) InitRecord(seed uint64, crypto bool) {
+	r.Seed, r.Seeded, r.Crypto = seed, true, crypto
+	r.derive()
 }
 
 // ReplaySeed is what a replayed request carries of its recording's math
@@ -106,7 +115,15 @@ type ReplaySeed struct {
 // recorded, in order. Where a source leaves its recording, it gets real
 // randomness from then on and the divergence is noted.
 func NewReplayRandom(seed *ReplaySeed, recorded [][]byte, crypto bool) *Random {
-	r := &Random{Crypto: crypto, replaying: true, draws: recorded}
+	r := &Random{}
+	r.InitReplay(seed, recorded, crypto)
+	return r
+}
+
+// InitReplay makes the zero Random r what NewReplayRandom returns, in
+// place.
+func (r *Random) InitReplay(seed *ReplaySeed, recorded [][]byte, crypto bool) {
+	r.Crypto, r.replaying, r.draws = crypto, true, recorded
 	if seed != nil {
 		r.Seed, r.Seeded = seed.Seed, true
 		if seed.Draws != nil {
@@ -114,7 +131,6 @@ func NewReplayRandom(seed *ReplaySeed, recorded [][]byte, crypto bool) *Random {
 		}
 	}
 	r.derive()
-	return r
 }
 
 func (r *Random) derive() {
@@ -187,7 +203,7 @@ func (r *Random) Replay(p []byte) bool {
 	first := r.divergeLocked(d)
 	r.mu.Unlock()
 	if first && r.OnDiverge != nil {
-		r.OnDiverge(d)
+		r.OnDiverge(r.TraceID, d)
 	}
 	return false
 }
@@ -216,7 +232,7 @@ func (r *Random) diverge(d Divergence) {
 	first := r.divergeLocked(d)
 	r.mu.Unlock()
 	if first && r.OnDiverge != nil {
-		r.OnDiverge(d)
+		r.OnDiverge(r.TraceID, d)
 	}
 }
 

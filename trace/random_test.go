@@ -50,7 +50,11 @@ func TestRandomStreams(t *testing.T) {
 func TestRandomReplayLimits(t *testing.T) {
 	var told []Divergence
 	r := NewReplayRandom(&ReplaySeed{Seed: 1, Draws: &[2]uint64{2, 0}}, [][]byte{{1, 2}, {3}}, true)
-	r.OnDiverge = func(d Divergence) { told = append(told, d) }
+	r.TraceID = "t1"
+	r.OnDiverge = func(tid string, d Divergence) {
+		require.Equal(t, "t1", tid)
+		told = append(told, d)
+	}
 	for i := range 4 {
 		_, ok := r.Uint64(MathRand)
 		require.Equal(t, i < 2, ok, "draw %d", i+1)

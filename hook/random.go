@@ -90,9 +90,12 @@ type randomTrace struct {
 // newTrace makes the trace of a request that gets one, with its
 // randomness: a fresh seed in record mode, the recording's in replay (from
 // the request's Retrace-Replay-Seed and Retrace-Replay-Random); none when
-// randomness is left alone, or nothing of it is patched.
+// randomness is left alone, or nothing of it is patched, or a replayed
+// request carries neither header (its recording says nothing of its
+// randomness: made with RETRACE_RANDOM=off or before it existed, or a load
+// test's request): its draws are real, and no divergence is reported.
 func (e *engine) newTrace(tid string, h *trace.RequestHead) *trace.Trace {
-	if e.random == RandomOff || !e.mathPatched && !e.cryptoPatched {
+	if e.random == RandomOff || !e.mathPatched && !e.cryptoPatched || e.cfg.Mode == Replay && h.Random == nil {
 		return &trace.Trace{ID: tid, ReplayTime: h.ReplayTime, Arrived: e.now()}
 	}
 	rt := &randomTrace{t: trace.Trace{ID: tid, ReplayTime: h.ReplayTime, Arrived: e.now()}}

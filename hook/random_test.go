@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -303,13 +304,20 @@ func TestRandomDivergence(t *testing.T) {
 		{Source: "math/rand", Draw: int(r.seed.Draws[0]), Reason: fmt.Sprintf("beyond the recording (%d draws recorded); real randomness", r.seed.Draws[0]-1)},
 	}, mock.of("short"))
 
-	// no seed, no draws: every source diverges at its first draw
-	getDrawn(t, addr, "Retrace-Trace-Id: bare")
-	div := mock.of("bare")
-	require.Len(t, div, 3)
-	for _, d := range div {
-		require.Equal(t, 1, d.Draw, d.String())
-	}
+	// a seed with no counts and no draws (a recording made with math):
+	// math draws are not limited, every crypto/rand draw diverges, at the
+	// first
+	got = getDrawn(t, addr, "Retrace-Trace-Id: nocrypto", "Retrace-Replay-Seed: "+strconv.FormatUint(r.seed.Seed, 10))
+	require.Equal(t, r.d.Ticket, got.Ticket)
+	require.Equal(t, r.d.ChildV1, got.ChildV1)
+	require.Equal(t, []trace.Divergence{{Source: "crypto/rand", Draw: 1, Reason: "beyond the recording (0 draws recorded); real randomness"}},
+		mock.of("nocrypto"))
+
+	// neither header: the recording says nothing of its randomness; real
+	// randomness, nothing reported
+	got = getDrawn(t, addr, "Retrace-Trace-Id: bare")
+	require.NotEqual(t, r.d.Ticket, got.Ticket)
+	require.Empty(t, mock.of("bare"))
 }
 
 // TestRandomMathOnly: with RETRACE_RANDOM=math the math values come back

@@ -10,11 +10,12 @@ import (
 	"io"
 	"net"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/retrace-dev/retrace/trace"
+	"github.com/retrace-dev/retrace/wire"
+	"github.com/retrace-dev/retrace/wire/protocols"
 )
 
 // errQuit ends a connection whose client said goodbye (COM_QUIT, QUIT,
@@ -29,11 +30,22 @@ type conn struct {
 	br  *bufio.Reader
 	ctx context.Context
 
-	dst    string
-	ad     adapter
-	buf    []byte // payload bytes of requests not yet complete
-	msgTID string // trace of the request being assembled
-	out    []byte // answers not yet written
+	// dst is the recorded destination that answers the connection; live
+	// is the one its frames name (they differ when the replay environment
+	// is configured with other addresses, DESIGN.md section 10).
+	dst, live string
+	// unresolved: no recording names live, and the connection's first
+	// request (or, for a client that sends nothing, a protocol whose
+	// server speaks first) decides which recorded destination answers it.
+	// tentative: the choice made is weak (an untraced ping); the first
+	// traced request may change it.
+	unresolved, tentative bool
+	quietBy               time.Duration // when a client that sent nothing is taken to wait for a greeting
+	proto                 wire.Protocol // with ad, once known
+	ad                    wire.Answerer
+	buf                   []byte // payload bytes of requests not yet complete
+	msgTID                string // trace of the request being assembled
+	out                   []byte // answers not yet written
 
 	up     net.Conn // real destination for untraced requests, dialled on demand
 	upAddr string
@@ -129,35 +141,140 @@ func (c *conn) serve() {
 func (c *conn) run() error {
 	for {
 		h, err := c.readFrame()
+		if errors.Is(err, errQuiet) {
+			// a client that sent nothing after connecting waits for the
+			// server to speak first
+			c.quietBy = 0
+			if d, ok := c.s.resolveServerFirst(c.live, c.msgTID); ok {
+				c.dst, c.tentative, c.unresolved = d.Recorded, d.Tentative, false
+				if err := c.start(protocols.All.For(d.Proto)); err != nil {
+					return err
+				}
+			} else if p := c.s.protoFor(c.live); p != "" {
+				if err := c.start(protocols.All.For(p)); err != nil {
+					return err
+				}
+			} else {
+				// a client waiting for a server that speaks first, of no
+				// recorded destination: closed at once rather than left to
+				// hang
+				reason := fmt.Sprintf("client sent nothing after connecting to %s, which no recording names, and no recorded destination speaks first", c.live)
+				c.s.traces.addMissing(MissingMock{Trace: c.msgTID, Dst: c.live, Reason: reason})
+				return fmt.Errorf("%w: %s", errQuit, reason)
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
 		if c.dst == "" {
-			c.dst = h.Dst
+			c.live = h.Dst
 			if h.Dst == trace.RandomDst {
 				return c.serveRandom()
 			}
 			if real, ok := c.s.cfg.passthrough(h.Dst); ok {
 				return c.passthrough(real)
 			}
-			if p := c.s.protoFor(c.dst); p != "" {
-				c.ad = c.newAdapter(p)
-				if g := c.ad.greeting(); g != nil {
-					if err := c.write(g); err != nil {
-						return err
-					}
-				}
+			if err := c.open(); err != nil {
+				return err
 			}
 		}
 		if len(c.buf) == 0 {
 			continue
 		}
+		c.quietBy = 0
 		if c.ad == nil {
-			c.ad = c.newAdapter(sniff(c.buf))
+			// no recording names the destination: the protocol its first
+			// bytes are sure to be (raw, which closes the connection, when
+			// none is) and, with it, the recorded destination whose calls
+			// fit the first request best; with none, every answer is a
+			// missing mock
+			p := protocols.All.DetectNow(c.buf, nil)
+			c.resolve(p)
+			if err := c.start(p); err != nil {
+				return err
+			}
 		}
 		if err := c.process(); err != nil {
 			return err
 		}
+	}
+}
+
+// open decides, at a connection's first frame, which recorded destination
+// answers it and in which protocol, when that needs no request: the
+// recordings or the mapping name the live destination, or its port is
+// that of a protocol whose server speaks first. Otherwise the first
+// request decides (resolve), or, for a client that sends nothing, quietBy.
+func (c *conn) open() error {
+	if d, ok := c.s.resolveFixed(c.live); ok && d.Recorded != "" {
+		c.dst = d.Recorded
+		if p := c.s.protoFor(c.dst); p != "" {
+			return c.start(protocols.All.For(p))
+		}
+		return nil
+	}
+	c.dst, c.unresolved = c.live, true
+	if len(c.buf) > 0 {
+		return nil
+	}
+	p := c.s.protoFor(c.live) // the MySQL port, with no recording of it
+	if p == "" {
+		c.quietBy = c.s.now() + quietWait
+		return nil
+	}
+	c.unresolved = false
+	if d, ok := c.s.resolveServerFirst(c.live, c.msgTID); ok {
+		c.dst, c.tentative = d.Recorded, d.Tentative
+		p = d.Proto
+	}
+	return c.start(protocols.All.For(p))
+}
+
+// quietWait is how long the mock server waits for the first bytes of a
+// client connected to a destination no recording names before it takes
+// the client to be waiting for a greeting (MySQL): clients of protocols
+// whose client speaks first write at once.
+const quietWait = 150 * time.Millisecond
+
+// errQuiet is readFrame's report that a client sent nothing by quietBy.
+var errQuiet = errors.New("client sent nothing")
+
+// start makes the connection's answerer for p and sends its greeting, if
+// the protocol's server speaks first.
+func (c *conn) start(p wire.Protocol) error {
+	c.ad = c.newAnswerer(p)
+	if g := c.ad.Greeting(); g != nil {
+		return c.write(g)
+	}
+	return nil
+}
+
+// resolve chooses the recorded destination for an unresolved connection
+// from its first request, parsed by a throw-away answerer of p.
+func (c *conn) resolve(p wire.Protocol) {
+	if !c.unresolved {
+		return
+	}
+	c.unresolved = false
+	r, n, _, err := p.NewAnswerer(wire.Env{Book: wire.NoBook{}, MaxMessage: c.s.cfg.MaxMessage,
+		TraceID: func() string { return c.msgTID }}).Next(append([]byte(nil), c.buf...))
+	if err != nil || n == 0 {
+		r = wire.Request{Raw: c.buf}
+	}
+	d := c.s.resolveByRequest(c.live, p, &r, c.msgTID)
+	if d.Recorded != "" {
+		c.dst, c.tentative = d.Recorded, d.Tentative
+	}
+}
+
+// reresolve gives a connection whose destination was chosen tentatively
+// a firmer choice, from its first traced request.
+func (c *conn) reresolve(r *wire.Request, tid string) {
+	c.tentative = false
+	d := c.s.resolveByRequest(c.live, c.proto, r, tid)
+	if d.Recorded != "" && d.Recorded != c.dst {
+		c.dst, c.ds = d.Recorded, dstState{}
 	}
 }
 
@@ -182,6 +299,9 @@ func (c *conn) readFrame() (trace.FrameHeader, error) {
 			var ne net.Error
 			if !started && errors.As(err, &ne) && ne.Timeout() {
 				now := c.s.now()
+				if c.quietBy > 0 && now >= c.quietBy {
+					return trace.FrameHeader{}, errQuiet
+				}
 				if cfg.IdleTimeout > 0 && now-idleSince >= cfg.IdleTimeout {
 					return trace.FrameHeader{}, fmt.Errorf("idle for %s: %w", cfg.IdleTimeout, err)
 				}
@@ -243,9 +363,9 @@ func (c *conn) process() error {
 	off := 0
 	var quit error
 	for off < len(c.buf) {
-		r, n, interim, err := c.ad.next(c.buf[off:])
+		r, n, interim, err := c.ad.Next(c.buf[off:])
 		if err != nil {
-			return fmt.Errorf("%s request to %s: %w", c.ad.proto(), c.dst, err)
+			return fmt.Errorf("%s request to %s: %w", c.proto.Name(), c.dst, err)
 		}
 		c.out = append(c.out, interim...)
 		if n == 0 {
@@ -257,7 +377,7 @@ func (c *conn) process() error {
 		c.s.metrics.latency.Observe((c.clock - start).Seconds())
 		c.awaitSent()
 		off += n
-		if r.quit || closeAfter {
+		if r.Quit || closeAfter {
 			quit = errQuit
 			break
 		}
@@ -295,6 +415,11 @@ func (c *conn) write(b []byte) error {
 // armRead makes sure at least three quarters of ReadTimeout are left before
 // the read deadline.
 func (c *conn) armRead(now time.Duration) {
+	if c.quietBy > 0 && c.quietBy < now+c.s.cfg.ReadTimeout {
+		c.rdl = c.quietBy
+		c.nc.SetReadDeadline(c.s.epoch.Add(c.rdl))
+		return
+	}
 	if c.rdl-now < c.s.cfg.ReadTimeout*3/4 {
 		c.rdl = now + c.s.cfg.ReadTimeout
 		c.nc.SetReadDeadline(c.s.epoch.Add(c.rdl))
@@ -304,36 +429,53 @@ func (c *conn) armRead(now time.Duration) {
 // answer appends the answer to r to c.out. It reports whether the
 // connection must close after it (a missing mock in a protocol without an
 // error message).
-func (c *conn) answer(r *request) (closeAfter bool) {
+func (c *conn) answer(r *wire.Request) (closeAfter bool) {
 	s := c.s
-	proto := c.ad.proto()
+	proto := c.proto.Name()
 	c.requests.inc(s.metrics.requests, proto)
 	tid := c.msgTID
-	if r.owner != "" {
-		tid = r.owner
+	if r.Owner != "" {
+		tid = r.Owner
+	}
+	if c.tentative && tid != "" && !r.Setup && !r.Local {
+		c.reresolve(r, tid)
 	}
 	var ts *traceState
 	if tid != "" {
 		ts = c.traceState(tid)
 	}
-	oc := ObservedCall{Proto: proto, Dst: c.dst, Setup: r.setup, Request: r.raw, Matched: -1, Statement: r.stmt}
+	oc := ObservedCall{Proto: proto, Dst: c.dst, Setup: r.Setup, Request: r.Raw, Matched: -1, Statement: r.Stmt}
+	if c.live != c.dst {
+		oc.Live = c.live
+	}
 	var out []byte
 	reason := ""
 	observed := false
 	switch {
-	case r.local:
-		out = c.ad.synth(*r)
+	case r.Local:
+		out = c.ad.Synth(r)
 		oc.Matched, oc.Strategy, oc.Synthesized = 0, "setup", true
-	case r.setup:
+	case r.Setup:
 		if a, ok := s.idx.answerSetup(c.dst, r); ok {
-			out = c.ad.reply(*r, a.resp)
+			out = c.ad.Reply(r, a.resp)
 			oc.Matched, oc.Strategy, oc.Score = a.seq, "setup", 1
 		} else {
-			out = c.ad.synth(*r)
+			out = c.ad.Synth(r)
 			oc.Matched, oc.Strategy, oc.Synthesized = 0, "setup", true
 		}
 	case tid == "":
-		if real, ok := s.cfg.untraced(c.dst); ok && (proto == protoHTTP || proto == protoRedis) {
+		real, ok := s.cfg.untraced(c.live)
+		_, unproxied := c.ad.AnswerLen(r, nil)
+		if !ok {
+			// start-up and background traffic: answered from the
+			// background recordings by similarity
+			if a, found := s.idx.answerBackground(c.dst, r); found {
+				out = c.ad.Reply(r, a.resp)
+				oc.Matched, oc.Strategy, oc.Score = a.seq, "background", 1
+				break
+			}
+		}
+		if ok && unproxied == nil {
 			var err error
 			if out, err = c.proxy(real, r); err == nil {
 				oc.Proxied = true
@@ -342,9 +484,9 @@ func (c *conn) answer(r *request) (closeAfter bool) {
 				reason = fmt.Sprintf("untraced request to %s could not be proxied to %s: %v", c.dst, real, err)
 			}
 		} else if ok {
-			reason = fmt.Sprintf("untraced %s request to %s: only HTTP and Redis requests can be proxied one by one (pass the destination through instead)", proto, c.dst)
+			reason = fmt.Sprintf("untraced %s request to %s: %v", proto, c.dst, unproxied)
 		} else {
-			reason = fmt.Sprintf("untraced request (empty trace id) to %s, and no proxy is configured for it", c.dst)
+			reason = fmt.Sprintf("untraced request (empty trace id) to %s: no start-up or background recording of the destination answers %s %q, and no proxy is configured for it", c.dst, r.Op, clip(r.Key))
 		}
 	default:
 		ts.mu.Lock()
@@ -356,17 +498,17 @@ func (c *conn) answer(r *request) (closeAfter bool) {
 		}
 		ts.mu.Unlock()
 	}
-	if reason != "" && !r.noReply {
+	if reason != "" && !r.NoReply {
 		oc.Error = reason
-		out = c.ad.missing(*r, reason)
+		out = c.ad.Missing(r, reason)
 		closeAfter = out == nil
 		c.misses.inc(s.metrics.misses, proto)
-		s.traces.addMissing(MissingMock{Trace: tid, Proto: proto, Dst: c.dst, Request: append([]byte(nil), r.raw...), Reason: reason})
-		s.log.Info("missing mock", "trace", tid, "dst", c.dst, "proto", proto, "op", r.op, "reason", reason)
+		s.traces.addMissing(MissingMock{Trace: tid, Proto: proto, Dst: c.dst, Request: append([]byte(nil), r.Raw...), Reason: reason})
+		s.log.Info("missing mock", "trace", tid, "dst", c.dst, "proto", proto, "op", r.Op, "reason", reason)
 	} else if oc.Strategy != "" {
 		c.matches.inc(s.metrics.matches, oc.Strategy)
 	}
-	if ts != nil && !observed && (reason == "" || !r.noReply) {
+	if ts != nil && !observed && (reason == "" || !r.NoReply) {
 		ts.mu.Lock()
 		ts.observe(oc, s.cfg.MaxObserved)
 		ts.mu.Unlock()
@@ -377,7 +519,7 @@ func (c *conn) answer(r *request) (closeAfter bool) {
 
 // matchTrace finds the recorded answer to r in the trace's recording; the
 // caller holds ts.mu.
-func (c *conn) matchTrace(ts *traceState, r *request, oc *ObservedCall) ([]byte, string) {
+func (c *conn) matchTrace(ts *traceState, r *wire.Request, oc *ObservedCall) ([]byte, string) {
 	s := c.s
 	reason := ""
 	if ts.entry == nil {
@@ -392,7 +534,7 @@ func (c *conn) matchTrace(ts *traceState, r *request, oc *ObservedCall) ([]byte,
 			used[res.unit] = true
 			u := &du.units[res.unit]
 			oc.Matched, oc.Strategy, oc.Score = u.seq, string(res.strategy), res.score
-			out := c.ad.reply(*r, u.resp)
+			out := c.ad.Reply(r, u.resp)
 			ts.markSent(u.call)
 			if rc := &ts.entry.s.Calls[u.call]; len(out) > 0 && s.cfg.CausalWait > 0 {
 				// held only if the trace has not sent every call the
@@ -404,7 +546,7 @@ func (c *conn) matchTrace(ts *traceState, r *request, oc *ObservedCall) ([]byte,
 			}
 			return out, ""
 		}
-		reason = fmt.Sprintf("recording %q: %s (%s %q)", ts.recID, why, r.op, clip(r.key))
+		reason = fmt.Sprintf("recording %q: %s (%s %q)", ts.recID, why, r.Op, clip(r.Key))
 	}
 	// Not in the trace's recording: set-up traffic of the destination, or a
 	// statement prepared by any recording of it (a statement prepared once
@@ -413,13 +555,11 @@ func (c *conn) matchTrace(ts *traceState, r *request, oc *ObservedCall) ([]byte,
 	// not one of this trace's.
 	if a, ok := s.idx.answerSetup(c.dst, r); ok {
 		oc.Setup, oc.Matched, oc.Strategy, oc.Score = true, a.seq, "setup", 1
-		return c.ad.reply(*r, a.resp), ""
+		return c.ad.Reply(r, a.resp), ""
 	}
-	if c.ad.proto() == protoMySQL && strings.HasPrefix(r.op, "PREPARE ") {
-		if a, ok := s.idx.prepare(c.dst, r.key); ok {
-			oc.Setup, oc.Matched, oc.Strategy, oc.Score = true, a.seq, "setup", 1
-			return c.ad.reply(*r, a.resp), ""
-		}
+	if resp, seq, ok := s.idx.fallback(c.dst, r); ok {
+		oc.Setup, oc.Matched, oc.Strategy, oc.Score = true, seq, "setup", 1
+		return c.ad.Reply(r, resp), ""
 	}
 	return nil, reason
 }

@@ -37,6 +37,9 @@ func appendSession(b []byte, s *Session) ([]byte, bool) {
 		b = append(b, `,"app":`...)
 		b = appendString(b, s.App)
 	}
+	if s.Background {
+		b = append(b, `,"background":true`...)
+	}
 	b = append(b, `,"at":"`...)
 	b = s.At.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","inbound":{"proto":`...)
@@ -117,6 +120,10 @@ func appendCall(b []byte, c *Call) []byte {
 	}
 	b = appendPayload(b, "request", c.Request)
 	b = appendPayload(b, "response", c.Response)
+	if c.Decoded != "" {
+		b = append(b, `,"decoded":`...)
+		b = appendString(b, c.Decoded)
+	}
 	b = appendTail(b, c.StartNs, c.DurNs, c.RequestTruncated, c.ResponseTruncated)
 	return append(b, '}')
 }

@@ -18,17 +18,26 @@ const (
 	ProtoRedis = "redis"
 	ProtoMySQL = "mysql"
 	ProtoRaw   = "raw" // any other protocol: one write burst and its answer
+	// ProtoBackground is the Inbound.Proto of a background session
+	// (Session.Background): it has no inbound request.
+	ProtoBackground = "background"
 )
 
 // Session is one recorded inbound request and every downstream call it
 // caused.
 type Session struct {
-	V       int       `json:"v"`
-	ID      string    `json:"id"`
-	App     string    `json:"app,omitempty"`
-	At      time.Time `json:"at"`
-	Inbound Inbound   `json:"inbound"`
-	Calls   []Call    `json:"calls"`
+	V   int    `json:"v"`
+	ID  string `json:"id"`
+	App string `json:"app,omitempty"`
+	// Background marks the application's start-up and background
+	// traffic: calls of no inbound request (pool warm-up, start-up pings,
+	// driver and ORM initialisation, health checks, background jobs),
+	// recorded so that a replayed service can boot and answered to
+	// untraced requests. Its Inbound is empty; replayers skip it.
+	Background bool      `json:"background,omitempty"`
+	At         time.Time `json:"at"`
+	Inbound    Inbound   `json:"inbound"`
+	Calls      []Call    `json:"calls"`
 	// Random is what the request drew (RETRACE_RANDOM, DESIGN.md 14), nil
 	// when the agent left its randomness alone.
 	Random *Random `json:"random,omitempty"`
@@ -80,6 +89,11 @@ type Call struct {
 	DurNs             int64
 	RequestTruncated  bool
 	ResponseTruncated bool
+	// Decoded is optional: the request in its protocol's human-readable
+	// form (MySQL commands with their statement and parameters), kept
+	// when the request's bytes are not text, so that recordings stay
+	// greppable. Readers that do not know it skip it; it is never matched.
+	Decoded string
 }
 
 // payloads on the wire: valid UTF-8 travels as a string, anything else as
@@ -108,6 +122,7 @@ type callJSON struct {
 	RequestB64        []byte  `json:"request_b64,omitempty"`
 	Response          *string `json:"response,omitempty"`
 	ResponseB64       []byte  `json:"response_b64,omitempty"`
+	Decoded           string  `json:"decoded,omitempty"`
 	StartNs           int64   `json:"start_ns"`
 	DurNs             int64   `json:"dur_ns"`
 	RequestTruncated  bool    `json:"request_truncated,omitempty"`
@@ -156,7 +171,7 @@ func (in *Inbound) UnmarshalJSON(b []byte) error {
 // MarshalJSON implements json.Marshaler with the payload rules of schema v1.
 func (c Call) MarshalJSON() ([]byte, error) {
 	j := callJSON{Seq: c.Seq, Proto: c.Proto, Dst: c.Dst, Setup: c.Setup, Conn: c.Conn, StartNs: c.StartNs, DurNs: c.DurNs,
-		RequestTruncated: c.RequestTruncated, ResponseTruncated: c.ResponseTruncated}
+		RequestTruncated: c.RequestTruncated, ResponseTruncated: c.ResponseTruncated, Decoded: c.Decoded}
 	j.Request, j.RequestB64 = splitPayload(c.Request)
 	j.Response, j.ResponseB64 = splitPayload(c.Response)
 	return json.Marshal(j)
@@ -170,7 +185,7 @@ func (c *Call) UnmarshalJSON(b []byte) error {
 	}
 	*c = Call{Seq: j.Seq, Proto: j.Proto, Dst: j.Dst, Setup: j.Setup, Conn: j.Conn, StartNs: j.StartNs, DurNs: j.DurNs,
 		Request: joinPayload(j.Request, j.RequestB64), Response: joinPayload(j.Response, j.ResponseB64),
-		RequestTruncated: j.RequestTruncated, ResponseTruncated: j.ResponseTruncated}
+		RequestTruncated: j.RequestTruncated, ResponseTruncated: j.ResponseTruncated, Decoded: j.Decoded}
 	return nil
 }
 

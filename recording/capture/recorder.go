@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/retrace-dev/retrace/hook"
-	"github.com/retrace-dev/retrace/internal/httpframe"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
+	"github.com/retrace-dev/retrace/wire/http1"
 )
 
 // DefaultMaxActive bounds the sessions in progress when Config.MaxActive is
@@ -55,6 +55,7 @@ type Recorder struct {
 	// Recorder knows of each connection is in its hook.ConnInfo.Data: an
 	// *inbound or an *outConn.
 	sessions sessionIndex
+	bg       background // calls of no request (background.go)
 
 	activeN, overflow, incomplete atomic.Int64
 	closeOnce                     sync.Once
@@ -95,7 +96,10 @@ func (r *Recorder) Stats() Stats {
 }
 
 // Flush writes every finished session to the store.
-func (r *Recorder) Flush(ctx context.Context) error { return r.pipe.Flush(ctx) }
+func (r *Recorder) Flush(ctx context.Context) error {
+	r.flushBackground(r.now(), true)
+	return r.pipe.Flush(ctx)
+}
 
 // Close drops the sessions still in progress (counted as Incomplete), then
 // closes the pipeline: queued sessions are written and the store closed,
@@ -107,6 +111,7 @@ func (r *Recorder) Close(ctx context.Context) error {
 				r.incomplete.Add(1)
 			}
 		}
+		r.flushBackground(r.now(), true)
 		r.closeErr = r.pipe.Close(ctx)
 		if r.log != nil {
 			st := r.Stats()
@@ -206,7 +211,7 @@ type active struct {
 	arena  arena // the bytes of req and resp
 	req    payload
 	resp   payload
-	framer httpframe.Response
+	framer http1.Response
 
 	random *trace.Random // what the request draws (RETRACE_RANDOM), or nil
 	at     time.Time     // wall clock at the request's start
@@ -454,7 +459,7 @@ func (r *Recorder) finish(a *active) {
 	rnd := a.random
 	s := &recording.Session{
 		V: recording.SchemaVersion, ID: a.id, App: r.app, At: a.at,
-		Inbound: recording.Inbound{Proto: protoHTTP, Local: a.conn.Local, Remote: a.conn.Remote,
+		Inbound: recording.Inbound{Proto: recording.ProtoHTTP, Local: a.conn.Local, Remote: a.conn.Remote,
 			Request: a.req.view(), Response: a.resp.view(), DurNs: end - a.start,
 			RequestTruncated: a.req.truncated, ResponseTruncated: a.resp.truncated},
 	}
@@ -463,6 +468,9 @@ func (r *Recorder) finish(a *active) {
 	s.Calls = snapshotCalls(calls, a.start)
 	s.Random = recordedRandom(rnd)
 	r.pipe.Submit(s)
+	if r.bg.due(end) {
+		r.flushBackground(end, false)
+	}
 }
 
 // attach adds the set-up calls pending, then c, to the session, unless it

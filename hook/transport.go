@@ -92,9 +92,17 @@ func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request,
 	}
 	tid := trace.CurrentID()
 	if tid == "" || !trace.ValidID(tid) {
-		return req, false
-	}
-	if _, set := req.Header[TraceHeader]; set {
+		if e.cfg.Mode != Replay {
+			return req, false
+		}
+		// In replay mode an untraced request (start-up, background,
+		// health checks) says so in-band, with an empty id: net/http
+		// writes it on the pooled connection's writeLoop goroutine,
+		// whose trace is whichever it inherited, never this request's.
+		// (Record mode leaves it as it is: most of its requests are
+		// unsampled, and the copy would cost each of them.)
+		tid = ""
+	} else if _, set := req.Header[TraceHeader]; set {
 		return req, true
 	}
 	r2 := new(http.Request)

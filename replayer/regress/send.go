@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/retrace-dev/retrace/recording"
-	"github.com/retrace-dev/retrace/replayer/diff"
 	"github.com/retrace-dev/retrace/trace"
+	"github.com/retrace-dev/retrace/wire/http1"
 )
 
 // Header names of DESIGN.md 3.2.
@@ -220,7 +220,7 @@ func (c *client) dial(ctx context.Context) error {
 // do sends one recorded request and reads the response. A request that
 // fails on a reused connection before any response byte arrived (the
 // server closed it while idle) is sent once more on a new connection.
-func (c *client) do(ctx context.Context, raw []byte, traceID string, rp replayed) (*diff.Response, error) {
+func (c *client) do(ctx context.Context, raw []byte, traceID string, rp replayed) (*http1.ParsedResponse, error) {
 	req, method, err := c.t.buildRequest(c.buf[:0], raw, traceID, rp)
 	if err != nil {
 		return nil, err
@@ -256,7 +256,7 @@ type idleClosed struct{ err error }
 func (e *idleClosed) Error() string { return e.err.Error() }
 func (e *idleClosed) Unwrap() error { return e.err }
 
-func (c *client) roundTrip(ctx context.Context, req []byte, method string) (*diff.Response, error) {
+func (c *client) roundTrip(ctx context.Context, req []byte, method string) (*http1.ParsedResponse, error) {
 	deadline := time.Now().Add(c.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -276,7 +276,7 @@ func (c *client) roundTrip(ctx context.Context, req []byte, method string) (*dif
 		}
 		return nil, fmt.Errorf("read from %s: %w", c.t.addr, timeoutErr(err, c.timeout))
 	}
-	resp, err := diff.ReadResponse(c.br, method)
+	resp, err := http1.ReadResponse(c.br, method)
 	if err != nil {
 		return nil, fmt.Errorf("read response from %s: %w", c.t.addr, timeoutErr(err, c.timeout))
 	}

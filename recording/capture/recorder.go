@@ -233,7 +233,6 @@ type active struct {
 	// one's response began); guarded by in.mu.
 	next *active
 
-	_ [56]byte // to 384 bytes, six cache lines (TestHotFieldsInOneLine)
 }
 
 // answering reports whether the final response has begun: an interim

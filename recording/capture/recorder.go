@@ -225,14 +225,13 @@ type active struct {
 	in     *inbound      // the connection the request came on
 	// conn is the inbound connection (its Local and Remote, which never
 	// change, go into the session): one word where the two strings took
-	// four, so random fits in the 320 bytes
+	// four, so random and trace fit in six cache lines
 	conn *hook.ConnInfo
 
 	// next is the session of the next sampled request on the same
 	// connection, pipelined behind this one (its head read before this
 	// one's response began); guarded by in.mu.
 	next *active
-
 }
 
 // answering reports whether the final response has begun: an interim

@@ -33,7 +33,7 @@ func BenchmarkBaffledAtRate(b *testing.B) {
 	const recordings = 1000
 	var sessions []*recording.Session
 	for i := range recordings {
-		sessions = append(sessions, priceSession(fmt.Sprintf("rec-%04d", i), fmt.Sprintf("sku%04d", i)))
+		sessions = append(sessions, baffledSession(fmt.Sprintf("rec-%04d", i), fmt.Sprintf("sku%04d", i)))
 	}
 	srv := mocktest.NewServer(b, mockserver.Config{}, sessions...)
 	for _, rate := range []int{5000, 10000, 20000} {

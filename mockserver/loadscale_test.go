@@ -18,9 +18,9 @@ import (
 	"github.com/retrace-dev/retrace/trace"
 )
 
-// priceSession is a recording whose one call asks a pricing service,
+// baffledSession is a recording whose one call asks a pricing service,
 // dialled by name, for sku's price.
-func priceSession(id, sku string) *recording.Session {
+func baffledSession(id, sku string) *recording.Session {
 	req := "GET /price?sku=" + sku + " HTTP/1.1\r\nHost: pricing.prod:8081\r\nUser-Agent: t\r\n\r\n"
 	body := `{"sku":"` + sku + `","cents":` + fmt.Sprint(len(sku)*100) + `}`
 	resp := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n\r\n" + body
@@ -28,9 +28,9 @@ func priceSession(id, sku string) *recording.Session {
 		Calls: []recording.Call{{Proto: "http", Dst: "10.0.0.9:8081", Host: "pricing.prod:8081", Request: []byte(req), Response: []byte(resp)}}}
 }
 
-// askPrice sends the recorded request to the mock under trace tid, for
+// askBaffled sends the recorded request to the mock under trace tid, for
 // destination dst.
-func askPrice(mock, tid, dst, sku string) (string, error) {
+func askBaffled(mock, tid, dst, sku string) (string, error) {
 	d := &mocktest.Dialer{Mock: mock, TID: tid, Dst: dst}
 	hc := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}, Timeout: 5 * time.Second}
 	defer hc.CloseIdleConnections()
@@ -55,7 +55,7 @@ func askPrice(mock, tid, dst, sku string) (string, error) {
 // several replicas), each fetched once. Calls reach the recorded
 // destination under the name the service dialled as well as its address.
 func TestDerivedAliases(t *testing.T) {
-	sessions := map[string]*recording.Session{"rec-a": priceSession("rec-a", "apple"), "rec-b": priceSession("rec-b", "banana")}
+	sessions := map[string]*recording.Session{"rec-a": baffledSession("rec-a", "apple"), "rec-b": baffledSession("rec-b", "banana")}
 	var lookups sync.Map
 	var fetched atomic.Int64
 	srv := mocktest.NewServer(t, mockserver.Config{Lookup: func(ctx context.Context, id string) (*recording.Session, error) {
@@ -78,7 +78,7 @@ func TestDerivedAliases(t *testing.T) {
 					errs <- fmt.Errorf("no alias of %s", c.rec)
 					return
 				}
-				got, err := askPrice(srv.Addr(), tid, c.dst, c.sku)
+				got, err := askBaffled(srv.Addr(), tid, c.dst, c.sku)
 				want := fmt.Sprintf(`{"sku":"%s","cents":%d}`, c.sku, len(c.sku)*100)
 				if err != nil || got != want {
 					errs <- fmt.Errorf("%s: got %q (%v), want %q", tid, got, err, want)
@@ -110,6 +110,6 @@ func TestDerivedAliases(t *testing.T) {
 
 	// An id that is not a derived alias, and one whose recording is not
 	// there, get no recording.
-	_, err = askPrice(srv.Addr(), "rec-c._t1", "pricing.prod:8081", "cherry")
+	_, err = askBaffled(srv.Addr(), "rec-c._t1", "pricing.prod:8081", "cherry")
 	require.ErrorContains(t, err, "status 5")
 }

@@ -24,6 +24,7 @@ const (
 	EnvBaffle      = "RETRACE_BAFFLE"
 	EnvRewrite     = "RETRACE_REWRITE"
 	EnvLog         = "RETRACE_LOG"
+	EnvRandom      = "RETRACE_RANDOM"
 )
 
 // FromEnv builds a hook.Config from the environment (getenv is os.Getenv
@@ -40,6 +41,9 @@ func FromEnv(getenv func(string) string) (hook.Config, error) {
 		return hook.Config{}, fmt.Errorf("%s: %w", EnvLog, err)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if cfg.Random, err = hook.ParseRandom(getenv(EnvRandom)); err != nil {
+		return hook.Config{}, fmt.Errorf("%s: %w", EnvRandom, err)
+	}
 	if v := strings.TrimSpace(getenv(EnvMockAddr)); v != "" {
 		if err := checkHostPort(v); err != nil {
 			return hook.Config{}, fmt.Errorf("%s: %w", EnvMockAddr, err)

@@ -110,6 +110,9 @@ func writeRunHeader(b *strings.Builder, label string, s *Summary) {
 	if len(s.Missing) > 0 {
 		fmt.Fprintf(b, "  warning: shards missing: %s\n", strings.Join(s.Missing, ", "))
 	}
+	if len(s.Incomplete) > 0 {
+		fmt.Fprintf(b, "  warning: shards interrupted (results cover part of their input): %s\n", strings.Join(s.Incomplete, ", "))
+	}
 	if m := s.Mock; m != nil {
 		fmt.Fprintf(b, "  mock: %d answers by %d mock server(s), per answer p50 %.1fµs p90 %.1fµs p99 %.1fµs max %.1fµs\n",
 			m.Answers, m.Mocks, m.P50Us, m.P90Us, m.P99Us, m.MaxUs)

@@ -149,10 +149,56 @@ func runtimeRand() uint64
 // a random waiter, crypto's key generation), which depends on timing, not
 // on the request.
 func mathDraw(s trace.MathSource) (uint64, bool) {
-	if r := currentRandom(); r != nil && userDraw() {
-		return r.Uint64(s)
+	if r := currentRandom(); r != nil {
+		return tracedDraw(r, s)
 	}
 	return 0, false
+}
+
+// tracedDraw is mathDraw on a traced goroutine. A panic in it is
+// recovered and counted, and the draw is real (fail open).
+func tracedDraw(r *trace.Random, s trace.MathSource) (v uint64, ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			randomPanicked("math", p)
+			v, ok = 0, false
+		}
+	}()
+	if !userDraw() {
+		return 0, false
+	}
+	return r.Uint64(s)
+}
+
+// randomPanicked counts and reports (once) a panic recovered in a random
+// double.
+func randomPanicked(where string, p any) {
+	if e := active.Load(); e != nil {
+		e.recovered("random-"+where, p)
+		return
+	}
+	counters.failures.Add(1)
+}
+
+// cryptoDraw fills b for a traced goroutine's request r: from the
+// recording in replay, else real (recorded in record mode); false when the
+// draw is not the application's, or a panic was recovered, and b is to be
+// filled with real randomness by the caller.
+func cryptoDraw(r *trace.Random, b []byte, real func([]byte)) (done bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			randomPanicked("crypto", p)
+			done = false
+		}
+	}()
+	if !r.Crypto || !userDraw() {
+		return false
+	}
+	if !r.Replay(b) {
+		real(b)
+		r.Record(b)
+	}
+	return true
 }
 
 const int63Mask = 1<<63 - 1
@@ -210,11 +256,7 @@ func realRead(b []byte) {
 
 // cryptoRead replaces crypto/rand.Read (and so crypto/rand.Text).
 func cryptoRead(b []byte) (int, error) {
-	if r := currentRandom(); r != nil && r.Crypto && userDraw() {
-		if !r.Replay(b) {
-			realRead(b)
-			r.Record(b)
-		}
+	if r := currentRandom(); r != nil && cryptoDraw(r, b, realRead) {
 		return len(b), nil
 	}
 	realRead(b)
@@ -226,15 +268,14 @@ func cryptoRead(b []byte) (int, error) {
 // Reader (google/uuid, gofrs/uuid), TLS handshakes.
 func cryptoReaderRead(_ unsafe.Pointer, b []byte) (int, error) {
 	rr := *readerRead.Load()
-	if r := currentRandom(); r != nil && r.Crypto && userDraw() {
-		if !r.Replay(b) {
-			rr(nil, nil, b)
-			r.Record(b)
-		}
+	if r := currentRandom(); r != nil && cryptoDraw(r, b, readerReal) {
 		return len(b), nil
 	}
 	return rr(nil, nil, b)
 }
+
+// readerReal fills b from the default reader's own Read.
+func readerReal(b []byte) { (*readerRead.Load())(nil, nil, b) }
 
 // userDraw reports whether the draw in progress is the application's:
 // the first function on the stack above the draw that is not the agent's,

@@ -6,8 +6,6 @@ import (
 	"reflect"
 	"sync/atomic"
 
-	"github.com/agiledragon/gomonkey/v2/creflect"
-
 	"github.com/retrace-dev/retrace/trace"
 )
 
@@ -33,8 +31,8 @@ func transportTarget() (target, error) {
 	if !ok {
 		return target{}, fmt.Errorf("%w: http.Transport has no RoundTrip", ErrUnsupported)
 	}
-	word, ok := creflect.MethodByName(tt, "roundTrip")
-	if !ok || word == nil {
+	word := methodWord(tt, "roundTrip")
+	if word == nil {
 		return target{}, fmt.Errorf("%w: (*http.Transport).roundTrip not found through reflect", ErrUnsupported)
 	}
 	inner := target{name: "net/http.(*Transport).roundTrip", word: word}

@@ -426,9 +426,11 @@ func pointerType(pkgName, name, pkgPath string) reflect.Type {
 	return nil
 }
 
-// methodTarget is the method name of t, to be replaced by double.
-func methodTarget(t reflect.Type, name, runtimeName string, double any) (target, error) {
-	m, ok := t.MethodByName(name)
+// methodTarget is the method m (ok: found) of a type, named runtimeName,
+// to be replaced by double. Callers look methods up by constant names: a
+// MethodByName with a name the linker cannot see makes it keep every
+// exported method of every type in the program (megabytes in a service).
+func methodTarget(m reflect.Method, ok bool, runtimeName string, double any) (target, error) {
 	if !ok {
 		return target{}, fmt.Errorf("%w: %s not found", ErrUnsupported, runtimeName)
 	}
@@ -438,27 +440,29 @@ func methodTarget(t reflect.Type, name, runtimeName string, double any) (target,
 // mathTargets are the sources of math/rand's and math/rand/v2's top-level
 // functions.
 func mathTargets() ([]target, error) {
-	v1 := pointerType("rand", "runtimeSource", "math/rand")
-	v2 := pointerType("rand", "runtimeSource", "math/rand/v2")
 	var out []target
-	if v1 != nil {
-		for _, m := range []struct {
-			name   string
-			double any
-		}{{"Int63", randInt63}, {"Uint64", randUint64}} {
-			t, err := methodTarget(v1, m.name, "math/rand.(*runtimeSource)."+m.name, m.double)
-			if err != nil {
-				return nil, err
-			}
+	add := func(m reflect.Method, ok bool, runtimeName string, double any) error {
+		t, err := methodTarget(m, ok, runtimeName, double)
+		if err == nil {
 			out = append(out, t)
 		}
+		return err
 	}
-	if v2 != nil {
-		t, err := methodTarget(v2, "Uint64", "math/rand/v2.(*runtimeSource).Uint64", randV2Uint64)
-		if err != nil {
+	if v1 := pointerType("rand", "runtimeSource", "math/rand"); v1 != nil {
+		m, ok := v1.MethodByName("Int63")
+		if err := add(m, ok, "math/rand.(*runtimeSource).Int63", randInt63); err != nil {
 			return nil, err
 		}
-		out = append(out, t)
+		m, ok = v1.MethodByName("Uint64")
+		if err := add(m, ok, "math/rand.(*runtimeSource).Uint64", randUint64); err != nil {
+			return nil, err
+		}
+	}
+	if v2 := pointerType("rand", "runtimeSource", "math/rand/v2"); v2 != nil {
+		m, ok := v2.MethodByName("Uint64")
+		if err := add(m, ok, "math/rand/v2.(*runtimeSource).Uint64", randV2Uint64); err != nil {
+			return nil, err
+		}
 	}
 	if len(out) == 0 {
 		// neither package is linked (nothing in the program draws from
@@ -487,7 +491,8 @@ func cryptoTargets() ([]target, error) {
 	readerRead.Store(&fn)
 	defaultReader = *(*unsafe.Pointer)(unsafe.Pointer(&crand.Reader))
 
-	wrapper, err := methodTarget(reflect.PointerTo(rt), "Read", "crypto/internal/rand.(*reader).Read", cryptoReaderRead)
+	wm, ok := reflect.PointerTo(rt).MethodByName("Read")
+	wrapper, err := methodTarget(wm, ok, "crypto/internal/rand.(*reader).Read", cryptoReaderRead)
 	if err != nil {
 		return nil, err
 	}

@@ -149,10 +149,56 @@ func runtimeRand() uint64
 // a random waiter, crypto's key generation), which depends on timing, not
 // on the request.
 func mathDraw(s trace.MathSource) (uint64, bool) {
-	if r := currentRandom(); r != nil && userDraw() {
-		return r.Uint64(s)
+	if r := currentRandom(); r != nil {
+		return tracedDraw(r, s)
 	}
 	return 0, false
+}
+
+// tracedDraw is mathDraw on a traced goroutine. A panic in it is
+// recovered and counted, and the draw is real (fail open).
+func tracedDraw(r *trace.Random, s trace.MathSource) (v uint64, ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			randomPanicked("math", p)
+			v, ok = 0, false
+		}
+	}()
+	if !userDraw() {
+		return 0, false
+	}
+	return r.Uint64(s)
+}
+
+// randomPanicked counts and reports (once) a panic recovered in a random
+// double.
+func randomPanicked(where string, p any) {
+	if e := active.Load(); e != nil {
+		e.recovered("random-"+where, p)
+		return
+	}
+	counters.failures.Add(1)
+}
+
+// cryptoDraw fills b for a traced goroutine's request r: from the
+// recording in replay, else real (recorded in record mode); false when the
+// draw is not the application's, or a panic was recovered, and b is to be
+// filled with real randomness by the caller.
+func cryptoDraw(r *trace.Random, b []byte, real func([]byte)) (done bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			randomPanicked("crypto", p)
+			done = false
+		}
+	}()
+	if !r.Crypto || !userDraw() {
+		return false
+	}
+	if !r.Replay(b) {
+		real(b)
+		r.Record(b)
+	}
+	return true
 }
 
 const int63Mask = 1<<63 - 1
@@ -210,11 +256,7 @@ func realRead(b []byte) {
 
 // cryptoRead replaces crypto/rand.Read (and so crypto/rand.Text).
 func cryptoRead(b []byte) (int, error) {
-	if r := currentRandom(); r != nil && r.Crypto && userDraw() {
-		if !r.Replay(b) {
-			realRead(b)
-			r.Record(b)
-		}
+	if r := currentRandom(); r != nil && cryptoDraw(r, b, realRead) {
 		return len(b), nil
 	}
 	realRead(b)
@@ -226,15 +268,14 @@ func cryptoRead(b []byte) (int, error) {
 // Reader (google/uuid, gofrs/uuid), TLS handshakes.
 func cryptoReaderRead(_ unsafe.Pointer, b []byte) (int, error) {
 	rr := *readerRead.Load()
-	if r := currentRandom(); r != nil && r.Crypto && userDraw() {
-		if !r.Replay(b) {
-			rr(nil, nil, b)
-			r.Record(b)
-		}
+	if r := currentRandom(); r != nil && cryptoDraw(r, b, readerReal) {
 		return len(b), nil
 	}
 	return rr(nil, nil, b)
 }
+
+// readerReal fills b from the default reader's own Read.
+func readerReal(b []byte) { (*readerRead.Load())(nil, nil, b) }
 
 // userDraw reports whether the draw in progress is the application's:
 // the first function on the stack above the draw that is not the agent's,
@@ -385,9 +426,11 @@ func pointerType(pkgName, name, pkgPath string) reflect.Type {
 	return nil
 }
 
-// methodTarget is the method name of t, to be replaced by double.
-func methodTarget(t reflect.Type, name, runtimeName string, double any) (target, error) {
-	m, ok := t.MethodByName(name)
+// methodTarget is the method m (ok: found) of a type, named runtimeName,
+// to be replaced by double. Callers look methods up by constant names: a
+// MethodByName with a name the linker cannot see makes it keep every
+// exported method of every type in the program (megabytes in a service).
+func methodTarget(m reflect.Method, ok bool, runtimeName string, double any) (target, error) {
 	if !ok {
 		return target{}, fmt.Errorf("%w: %s not found", ErrUnsupported, runtimeName)
 	}
@@ -397,27 +440,29 @@ func methodTarget(t reflect.Type, name, runtimeName string, double any) (target,
 // mathTargets are the sources of math/rand's and math/rand/v2's top-level
 // functions.
 func mathTargets() ([]target, error) {
-	v1 := pointerType("rand", "runtimeSource", "math/rand")
-	v2 := pointerType("rand", "runtimeSource", "math/rand/v2")
 	var out []target
-	if v1 != nil {
-		for _, m := range []struct {
-			name   string
-			double any
-		}{{"Int63", randInt63}, {"Uint64", randUint64}} {
-			t, err := methodTarget(v1, m.name, "math/rand.(*runtimeSource)."+m.name, m.double)
-			if err != nil {
-				return nil, err
-			}
+	add := func(m reflect.Method, ok bool, runtimeName string, double any) error {
+		t, err := methodTarget(m, ok, runtimeName, double)
+		if err == nil {
 			out = append(out, t)
 		}
+		return err
 	}
-	if v2 != nil {
-		t, err := methodTarget(v2, "Uint64", "math/rand/v2.(*runtimeSource).Uint64", randV2Uint64)
-		if err != nil {
+	if v1 := pointerType("rand", "runtimeSource", "math/rand"); v1 != nil {
+		m, ok := v1.MethodByName("Int63")
+		if err := add(m, ok, "math/rand.(*runtimeSource).Int63", randInt63); err != nil {
 			return nil, err
 		}
-		out = append(out, t)
+		m, ok = v1.MethodByName("Uint64")
+		if err := add(m, ok, "math/rand.(*runtimeSource).Uint64", randUint64); err != nil {
+			return nil, err
+		}
+	}
+	if v2 := pointerType("rand", "runtimeSource", "math/rand/v2"); v2 != nil {
+		m, ok := v2.MethodByName("Uint64")
+		if err := add(m, ok, "math/rand/v2.(*runtimeSource).Uint64", randV2Uint64); err != nil {
+			return nil, err
+		}
 	}
 	if len(out) == 0 {
 		// neither package is linked (nothing in the program draws from
@@ -446,7 +491,8 @@ func cryptoTargets() ([]target, error) {
 	readerRead.Store(&fn)
 	defaultReader = *(*unsafe.Pointer)(unsafe.Pointer(&crand.Reader))
 
-	wrapper, err := methodTarget(reflect.PointerTo(rt), "Read", "crypto/internal/rand.(*reader).Read", cryptoReaderRead)
+	wm, ok := reflect.PointerTo(rt).MethodByName("Read")
+	wrapper, err := methodTarget(wm, ok, "crypto/internal/rand.(*reader).Read", cryptoReaderRead)
 	if err != nil {
 		return nil, err
 	}

@@ -132,6 +132,9 @@ func (c *Conn) apply(s Side, f *Frame) (*Exchange, error) {
 			return x, fmt.Errorf("more than %d bytes of data", limit)
 		}
 		m.Data = append(m.Data, f.Data...)
+		if s == Server && len(f.Data) > 0 {
+			x.mark()
+		}
 	case http2.FrameRSTStream:
 		x.Reset = &Reset{By: s, Code: f.Code}
 	}

@@ -43,10 +43,34 @@ type Exchange struct {
 	Promised bool `json:"promised,omitempty"`
 	// Reset, when not nil, is the RST_STREAM that ended the stream.
 	Reset *Reset `json:"reset,omitempty"`
+	// Pace says how the response's data followed the request's: at each
+	// point the server sent data, how many request data bytes it had
+	// received. A mock replays a streaming call by it (a bidirectional
+	// call answering each message as it comes). Kept only when the
+	// directions were fed in the order the bytes went (a recorder's
+	// hooks report reads after they happen and writes before).
+	Pace []Mark `json:"pace,omitempty"`
 	// Unfinished says why a stream was handed over before both halves
 	// ended (a GOAWAY, the connection's end, an error): empty for a
 	// finished one.
 	Unfinished string `json:"unfinished,omitempty"`
+}
+
+// Mark is a point of an exchange: the server had sent Response bytes of
+// data once it had received Request bytes of the request's data.
+type Mark struct {
+	Request  int `json:"req"`
+	Response int `json:"resp"`
+}
+
+// mark notes that the response's data grew.
+func (x *Exchange) mark() {
+	m := Mark{Request: len(x.Request.Data), Response: len(x.Response.Data)}
+	if n := len(x.Pace); n > 0 && x.Pace[n-1].Request == m.Request {
+		x.Pace[n-1] = m
+		return
+	}
+	x.Pace = append(x.Pace, m)
 }
 
 // Reset is an RST_STREAM and who sent it.
@@ -91,4 +115,22 @@ func (m *Message) addHeaders(fields []hpack.HeaderField, response bool) {
 func isInterim(fields []hpack.HeaderField) bool {
 	s, _ := Get(fields, ":status")
 	return len(s) == 3 && s[0] == '1'
+}
+
+// Due is how many bytes of the recorded response's data a mock may have
+// sent once it has received received bytes of the request's data (all of
+// them once ended): what Pace allows, or everything when the request has
+// ended or the recording has no pace.
+func (x *Exchange) Due(received int, ended bool) int {
+	if ended || len(x.Pace) == 0 {
+		return len(x.Response.Data)
+	}
+	due := 0
+	for _, m := range x.Pace {
+		if m.Request > received {
+			break
+		}
+		due = m.Response
+	}
+	return due
 }

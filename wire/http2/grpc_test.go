@@ -20,7 +20,7 @@ import (
 
 // recordGRPC runs grpctest.Exercise for tags over one ClientConn against a
 // real grpc-go server and returns the bytes of the connection.
-func recordGRPC(t *testing.T, tags []string, opts ...grpc.DialOption) (client, server []byte) {
+func recordGRPC(t *testing.T, tags []string, opts ...grpc.DialOption) *tapConn {
 	t.Helper()
 	l := listenTap(t)
 	grpctest.Serve(t, l)
@@ -51,7 +51,7 @@ func recordGRPC(t *testing.T, tags []string, opts ...grpc.DialOption) (client, s
 		t.Fatalf("%d connections, want 1", len(taps))
 	}
 	time.Sleep(50 * time.Millisecond) // the server's last writes (GOAWAY) after the client's close
-	return taps[0].bytes()
+	return taps[0]
 }
 
 func TestGRPCExchanges(t *testing.T) {
@@ -59,7 +59,8 @@ func TestGRPCExchanges(t *testing.T) {
 	for i := range tags {
 		tags[i] = fmt.Sprintf("trace-%02d", i)
 	}
-	client, server := recordGRPC(t, tags)
+	tap := recordGRPC(t, tags)
+	client, server := tap.bytes()
 	for _, piece := range []int{1, 7, 4096, 1 << 20} {
 		t.Run(fmt.Sprintf("pieces of up to %d", piece), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(piece), 1))
@@ -67,6 +68,10 @@ func TestGRPCExchanges(t *testing.T) {
 			checkGRPCExchanges(t, xs, tags)
 		})
 	}
+	t.Run("in order", func(t *testing.T) {
+		xs := feedLog(t, tap.chunks(), rand.New(rand.NewPCG(5, 6)), 100)
+		checkGRPCExchanges(t, xs, tags)
+	})
 }
 
 // checkGRPCExchanges checks that every call Exercise made for every tag is

@@ -3,6 +3,7 @@ package http2_test
 import (
 	"math/rand/v2"
 	"net"
+	"sort"
 	"sync"
 	"testing"
 
@@ -50,12 +51,21 @@ type tapConn struct {
 	net.Conn
 	mu             sync.Mutex
 	client, server []byte
+	log            []chunk // both directions in the order the server read and wrote them
+}
+
+type chunk struct {
+	from http2.Side
+	b    []byte
 }
 
 func (c *tapConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	c.mu.Lock()
 	c.client = append(c.client, p[:n]...)
+	if n > 0 {
+		c.log = append(c.log, chunk{http2.Client, append([]byte(nil), p[:n]...)})
+	}
 	c.mu.Unlock()
 	return n, err
 }
@@ -63,6 +73,7 @@ func (c *tapConn) Read(p []byte) (int, error) {
 func (c *tapConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	c.server = append(c.server, p...) // before the peer can answer it
+	c.log = append(c.log, chunk{http2.Server, append([]byte(nil), p...)})
 	c.mu.Unlock()
 	return c.Conn.Write(p)
 }
@@ -101,6 +112,42 @@ func feedSplit(t testing.TB, client, server []byte, rng *rand.Rand, maxPiece int
 			server = server[n:]
 		}
 		out = append(out, c.Exchanges()...)
+	}
+	return append(out, c.Close("connection ended")...)
+}
+
+func sortByStream(xs []*http2.Exchange) {
+	sort.Slice(xs, func(i, j int) bool { return xs[i].StreamID < xs[j].StreamID })
+}
+
+func (c *tapConn) chunks() []chunk {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]chunk(nil), c.log...)
+}
+
+// feedLog feeds a connection's chunks in the order they happened, each cut
+// in pieces of random sizes (1 byte up to maxPiece), and returns every
+// exchange.
+func feedLog(t testing.TB, log []chunk, rng *rand.Rand, maxPiece int) []*http2.Exchange {
+	t.Helper()
+	c := http2.NewConn(http2.Limits{})
+	var out []*http2.Exchange
+	for _, ch := range log {
+		for b := ch.b; len(b) > 0; {
+			n := min(len(b), 1+rng.IntN(maxPiece))
+			var err error
+			if ch.from == http2.Client {
+				err = c.Client(b[:n])
+			} else {
+				err = c.Server(b[:n])
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = b[n:]
+			out = append(out, c.Exchanges()...)
+		}
 	}
 	return append(out, c.Close("connection ended")...)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -148,9 +149,9 @@ func (s *ServerConn) Output() []byte {
 	return b
 }
 
-// Feed reads bytes the client sent and returns the streams that opened
-// (Ended false) or whose request half ended since; a stream that opens and
-// ends within the same bytes is returned once, ended. After an error,
+// Feed reads bytes the client sent and returns the streams whose request
+// changed: opened (headers in), got data, or ended (Ended). Each stream is
+// returned once per call, in the order it first changed. After an error,
 // Output holds the GOAWAY to send before closing.
 func (s *ServerConn) Feed(p []byte) ([]*Request, error) {
 	s.r.Feed(p)
@@ -168,10 +169,7 @@ func (s *ServerConn) Feed(p []byte) ([]*Request, error) {
 		if err != nil {
 			return reqs, err
 		}
-		if r != nil {
-			if n := len(reqs); n > 0 && reqs[n-1] == r {
-				continue
-			}
+		if r != nil && !slices.Contains(reqs, r) {
 			reqs = append(reqs, r)
 		}
 	}
@@ -317,12 +315,13 @@ func (s *ServerConn) data(f *Frame) (*Request, error) {
 	st.req.Data = append(st.req.Data, f.Data...)
 	if f.EndStream {
 		st.req.End, st.req.Ended = true, true
-		return &st.req, nil
-	}
-	if f.Length > 0 {
+	} else if f.Length > 0 {
 		_ = s.fw.WriteWindowUpdate(f.StreamID, f.Length)
 	}
-	return nil, nil
+	if len(f.Data) == 0 && !f.EndStream {
+		return nil, nil
+	}
+	return &st.req, nil
 }
 
 // Respond sends a response on a stream: its header block at once (interim

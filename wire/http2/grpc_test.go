@@ -20,7 +20,7 @@ import (
 
 // recordGRPC runs grpctest.Exercise for tags over one ClientConn against a
 // real grpc-go server and returns the bytes of the connection.
-func recordGRPC(t *testing.T, tags []string, opts ...grpc.DialOption) *tapConn {
+func recordGRPC(t testing.TB, tags []string, opts ...grpc.DialOption) *tapConn {
 	t.Helper()
 	l := listenTap(t)
 	grpctest.Serve(t, l)

@@ -88,6 +88,9 @@ type Frame struct {
 	Ping [8]byte
 	// Priority of a HEADERS frame that carried one, or of a PRIORITY frame.
 	Priority http2.PriorityParam
+	// Raw is the frame's bytes as sent, header included; for a header block
+	// over CONTINUATIONs, only its last frame's. Valid like Data.
+	Raw []byte
 }
 
 // ErrPreface reports a client direction that does not start with the
@@ -194,6 +197,9 @@ func (r *Reader) next() (*Frame, error) {
 			return nil, fmt.Errorf("%s frame: %w", http2.FrameType(r.buf[3]), err)
 		}
 		out, err := r.frame(hf)
+		if out != nil {
+			out.Raw = r.buf[:n]
+		}
 		r.consume(n)
 		if err != nil || out != nil {
 			return out, err

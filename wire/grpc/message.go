@@ -7,8 +7,6 @@ import (
 	"strconv"
 
 	"golang.org/x/net/http2/hpack"
-
-	"github.com/retrace-dev/retrace/wire/http2"
 )
 
 // Message is one length-prefixed gRPC message.
@@ -64,15 +62,16 @@ type Status struct {
 	Message string `json:"message,omitempty"`
 }
 
-// StatusOf returns the status a response carries, and false when it
+// StatusOf returns the status a response carries (in its trailer, or in
+// the header block of a trailers-only response), and false when it
 // carries none (the call did not end, or the server is not gRPC). A
 // grpc-status that is not a number is an error.
-func StatusOf(resp http2.Message) (Status, bool, error) {
-	block := resp.Trailer
+func StatusOf(header, trailer []hpack.HeaderField) (Status, bool, error) {
+	block := trailer
 	if block == nil {
-		block = resp.Header
+		block = header
 	}
-	v, ok := http2.Get(block, "grpc-status")
+	v, ok := get(block, "grpc-status")
 	if !ok {
 		return Status{}, false, nil
 	}
@@ -80,11 +79,20 @@ func StatusOf(resp http2.Message) (Status, bool, error) {
 	if err != nil || code < 0 {
 		return Status{}, false, fmt.Errorf("grpc: grpc-status %q is not a status code", v)
 	}
-	msg, _ := http2.Get(block, "grpc-message")
+	msg, _ := get(block, "grpc-message")
 	if m, err := url.PathUnescape(msg); err == nil {
 		msg = m // percent-encoded on the wire; kept as sent if malformed
 	}
 	return Status{Code: code, Message: msg}, true, nil
+}
+
+func get(fields []hpack.HeaderField, name string) (string, bool) {
+	for _, f := range fields {
+		if f.Name == name {
+			return f.Value, true
+		}
+	}
+	return "", false
 }
 
 // Metadata returns a header block's fields that are the call's metadata:

@@ -7,7 +7,6 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/retrace-dev/retrace/wire/grpc"
-	"github.com/retrace-dev/retrace/wire/http2"
 )
 
 func TestSplit(t *testing.T) {
@@ -48,20 +47,20 @@ func TestStatusOf(t *testing.T) {
 		return out
 	}
 	for _, tc := range []struct {
-		name  string
-		resp  http2.Message
-		want  grpc.Status
-		ok    bool
-		isErr bool
+		name            string
+		header, trailer []hpack.HeaderField
+		want            grpc.Status
+		ok              bool
+		isErr           bool
 	}{
-		{name: "trailer", resp: http2.Message{Header: f(":status", "200"), Trailer: f("grpc-status", "5", "grpc-message", "no%20such%20thing")}, want: grpc.Status{Code: 5, Message: "no such thing"}, ok: true},
-		{name: "trailers only", resp: http2.Message{Header: f(":status", "200", "grpc-status", "12")}, want: grpc.Status{Code: 12}, ok: true},
-		{name: "none", resp: http2.Message{Header: f(":status", "200")}},
-		{name: "not a number", resp: http2.Message{Trailer: f("grpc-status", "x")}, isErr: true},
-		{name: "bad escape kept", resp: http2.Message{Trailer: f("grpc-status", "2", "grpc-message", "100%")}, want: grpc.Status{Code: 2, Message: "100%"}, ok: true},
+		{name: "trailer", header: f(":status", "200"), trailer: f("grpc-status", "5", "grpc-message", "no%20such%20thing"), want: grpc.Status{Code: 5, Message: "no such thing"}, ok: true},
+		{name: "trailers only", header: f(":status", "200", "grpc-status", "12"), want: grpc.Status{Code: 12}, ok: true},
+		{name: "none", header: f(":status", "200")},
+		{name: "not a number", trailer: f("grpc-status", "x"), isErr: true},
+		{name: "bad escape kept", trailer: f("grpc-status", "2", "grpc-message", "100%"), want: grpc.Status{Code: 2, Message: "100%"}, ok: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st, ok, err := grpc.StatusOf(tc.resp)
+			st, ok, err := grpc.StatusOf(tc.header, tc.trailer)
 			if st != tc.want || ok != tc.ok || (err != nil) != tc.isErr {
 				t.Fatalf("%+v %v %v", st, ok, err)
 			}

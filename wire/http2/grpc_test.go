@@ -141,7 +141,7 @@ func checkMessages(t *testing.T, x *http2.Exchange, requests int, want []proto.M
 			t.Fatalf("stream %d %s: response message %d differs (%v)", x.StreamID, x.Path(), i, err)
 		}
 	}
-	st, ok, err := grpcwire.StatusOf(x.Response)
+	st, ok, err := grpcwire.StatusOf(x.Response.Header, x.Response.Trailer)
 	if err != nil || !ok || st.Code != code || st.Message != msg {
 		t.Fatalf("stream %d %s: status %+v %v %v, want %d %q", x.StreamID, x.Path(), st, ok, err, code, msg)
 	}

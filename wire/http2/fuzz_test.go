@@ -10,6 +10,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/retrace-dev/retrace/wire/http2"
+	"github.com/retrace-dev/retrace/wire/http2/inband"
 )
 
 // handFrames is one of every frame type, a header block over
@@ -206,11 +207,11 @@ func FuzzRewriter(f *testing.F) {
 		if werr != nil {
 			return
 		}
-		rw := http2.NewRewriter(s, dropRetrace)
+		rw := inband.NewRewriter(s == http2.Client)
 		cut = min(max(cut, 0), len(b))
 		var out []byte
 		for _, piece := range [][]byte{b[:cut], b[cut:]} {
-			o, err := rw.Write(piece)
+			o, _, err := rw.Write(piece)
 			if err != nil {
 				t.Fatalf("rewriting bytes that read: %v", err)
 			}

@@ -223,6 +223,11 @@ func (r *Reader) consume(n int) {
 // that is not the last.
 func (r *Reader) frame(hf http2.Frame) (*Frame, error) {
 	f := &Frame{FrameHeader: hf.Header()}
+	if r.head != nil && (f.Type != http2.FrameContinuation || f.StreamID != r.head.StreamID) {
+		// RFC 9113 6.10 (the Framer checks it after HEADERS only, not
+		// after PUSH_PROMISE).
+		return nil, fmt.Errorf("%s frame of stream %d inside the header block of stream %d", f.Type, f.StreamID, r.head.StreamID)
+	}
 	switch v := hf.(type) {
 	case *http2.DataFrame:
 		f.Data, f.EndStream = v.Data(), v.StreamEnded()

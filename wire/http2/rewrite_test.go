@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/retrace-dev/retrace/internal/grpctest"
 	"github.com/retrace-dev/retrace/wire/http2"
+	"github.com/retrace-dev/retrace/wire/http2/inband"
 )
 
 // rewritingConn is a client's connection whose writes go through a
@@ -24,16 +24,21 @@ import (
 type rewritingConn struct {
 	net.Conn
 	mu     sync.Mutex
-	rw     *http2.Rewriter
+	rw     *inband.Rewriter
 	traces map[uint32]string
 }
 
 func (c *rewritingConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out, err := c.rw.Write(p)
+	out, blocks, err := c.rw.Write(p)
 	if err != nil {
 		return 0, err
+	}
+	for _, b := range blocks {
+		if tid := b.Trace(); tid != "" {
+			c.traces[b.Stream] = tid
+		}
 	}
 	if _, err := c.Conn.Write(out); err != nil {
 		return 0, err
@@ -41,7 +46,7 @@ func (c *rewritingConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func dropRetrace(name string) bool { return strings.HasPrefix(name, "retrace-") }
+func dropRetrace(name string) bool { return inband.IsRetrace(name) }
 
 // TestRewriterStripsTraces runs 64 traces over one grpc-go ClientConn,
 // each call carrying its trace as retrace-trace-id metadata, through a
@@ -58,12 +63,7 @@ func TestRewriterStripsTraces(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		rc := &rewritingConn{Conn: c, rw: http2.NewRewriter(http2.Client, dropRetrace), traces: map[uint32]string{}}
-		rc.rw.Removed = func(id uint32, fields []hpack.HeaderField) {
-			if v, ok := http2.Get(fields, "retrace-trace-id"); ok {
-				rc.traces[id] = v
-			}
-		}
+		rc := &rewritingConn{Conn: c, rw: inband.NewRewriter(true), traces: map[uint32]string{}}
 		mu.Lock()
 		conns = append(conns, rc)
 		mu.Unlock()

@@ -80,6 +80,11 @@ type Config struct {
 	// then charged to the trace of the goroutine that writes them, which is
 	// wrong on pooled connections. The zero value patches it.
 	NoHTTP bool
+	// NoGRPC leaves grpc-go alone (when the program links it): its reads
+	// then bypass the agent (grpc-go reads through syscall.RawConn), and in
+	// replay mode its calls carry no trace in-band. The zero value patches
+	// it (hook/grpc.go).
+	NoGRPC bool
 }
 
 // Recorder receives a service's traffic in record mode. Methods are called

@@ -144,12 +144,13 @@ type connState struct {
 	idx  uint32 // index of its entry in connTable.dense; 0 for none
 	info ConnInfo
 	dst  string
+	h2   atomic.Pointer[h2In] // inbound, replay: HTTP/2 state, h2Not when not HTTP/2, nil before the first read
 
 	_ [connStatePad]byte
 }
 
 // connStatePad rounds connState up to 384 bytes on 64-bit platforms.
-const connStatePad = 40 * (^uintptr(0) >> 63)
+const connStatePad = 32 * (^uintptr(0) >> 63)
 
 // publish sets passed once the outbound stream has given up on HTTP;
 // called under wmu after a feed.
@@ -540,6 +541,7 @@ func (e *engine) forget(st *connState) {
 		}
 	}()
 	st.unbind()
+	st.h2.Load().closed()
 	if e.cfg.Mode == Record {
 		e.cfg.Recorder.Closed(&st.info)
 	}

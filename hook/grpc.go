@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -151,3 +152,32 @@ func carriesTrace(md map[string][]string, added [][]string) bool {
 	}
 	return false
 }
+
+// grpc-go (1.8x) reads its connections, client and server, through
+// syscall.RawConn with its own syscall.Read when the connection is a
+// *net.TCPConn (readyreader.NewNonBlocking): those reads never pass
+// net.(*conn).Read, so the agent would see what grpc-go writes and nothing
+// it reads. NewNonBlocking returns nil when it cannot read so (a
+// connection wrapped by credentials), and grpc-go then reads through a
+// bufio.Reader on the connection, as it did before and does with
+// GRPC_GO_EXPERIMENTAL_HTTP_FRAMER_READ_BUFFER_POOLING=false; the double
+// always returns nil.
+const grpcReadyName = "google.golang.org/grpc/internal/transport/readyreader.NewNonBlocking"
+
+func grpcReadTarget() (target, error) {
+	pcs, err := funcsByName(grpcReadyName)
+	if err != nil {
+		return target{}, err
+	}
+	if pcs[0] == 0 {
+		return target{}, fmt.Errorf("%s: %w", grpcReadyName, errNotLinked)
+	}
+	word := new(uintptr)
+	*word = pcs[0]
+	return target{name: grpcReadyName, word: unsafe.Pointer(word), double: grpcNoRawReads}, nil
+}
+
+// grpcNoRawReads replaces readyreader.NewNonBlocking(io.Reader) Reader:
+// the result, an interface, is returned as an any of the same two words,
+// nil.
+func grpcNoRawReads(io.Reader) any { return nil }

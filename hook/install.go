@@ -65,11 +65,15 @@ func Install(cfg Config) (undo func(), err error) {
 	if !rc.NoHTTP {
 		optional = append(optional, transportTarget)
 	}
-	if rc.Mode == Replay {
-		// Record mode would need the in-band field removed from the
-		// connection's header blocks before the real peer sees them
-		// (wire/http2.Rewriter), which the write hook does not do yet.
-		optional = append(optional, grpcTarget)
+	if !rc.NoGRPC {
+		optional = append(optional, grpcReadTarget)
+		if rc.Mode == Replay {
+			// Record mode would need the in-band field removed from
+			// the connection's header blocks before the real peer sees
+			// them (inband.Rewriter), which the write hook does not do
+			// yet.
+			optional = append(optional, grpcTarget)
+		}
 	}
 	for _, mk := range required {
 		t, err := mk()

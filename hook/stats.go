@@ -14,6 +14,7 @@ var counters struct {
 	requests, traced, bound, framed, stripped, carried stripe.Counter
 
 	conns, preambles, redirected, failures, pipelined atomic.Int64
+	h2conns                                           atomic.Int64
 }
 
 var patchState struct {
@@ -48,6 +49,10 @@ type Stats struct {
 	CarriedRequests    int64 // HTTP requests that carried their trace in-band
 	StrippedRequests   int64 // outbound HTTP requests whose Retrace-* headers were stripped
 
+	// H2Conns counts accepted HTTP/2 connections whose streams were
+	// rewritten and bound one by one (replay mode).
+	H2Conns int64
+
 	// Failures counts recovered panics and errors inside hooks (the
 	// application's I/O proceeded unhooked each time).
 	Failures int64
@@ -76,6 +81,7 @@ func ReadStats() Stats {
 	s.FramedWrites = counters.framed.Load()
 	s.CarriedRequests = counters.carried.Load()
 	s.StrippedRequests = counters.stripped.Load()
+	s.H2Conns = counters.h2conns.Load()
 	s.Failures = counters.failures.Load()
 	return s
 }

@@ -33,10 +33,16 @@ type Service struct {
 	// Seen holds the metadata of every call, for tests that check what
 	// reached the handler.
 	Seen []metadata.MD
+	// OnCall, when set before the server starts, runs on each call's
+	// handler goroutine with the call's metadata.
+	OnCall func(md metadata.MD)
 }
 
 func (s *Service) note(ctx context.Context) {
 	md, _ := metadata.FromIncomingContext(ctx)
+	if s.OnCall != nil {
+		s.OnCall(md)
+	}
 	s.mu.Lock()
 	s.Seen = append(s.Seen, md)
 	s.mu.Unlock()
@@ -135,6 +141,13 @@ func (s *Service) FullDuplexCall(stream grpc.BidiStreamingServer[testpb.Streamin
 func Serve(t testing.TB, l net.Listener, opts ...grpc.ServerOption) *Service {
 	t.Helper()
 	svc := &Service{}
+	ServeService(t, l, svc, opts...)
+	return svc
+}
+
+// ServeService is Serve with the caller's Service.
+func ServeService(t testing.TB, l net.Listener, svc *Service, opts ...grpc.ServerOption) {
+	t.Helper()
 	srv := grpc.NewServer(opts...)
 	testpb.RegisterTestServiceServer(srv, svc)
 	hs := health.NewServer()
@@ -149,7 +162,6 @@ func Serve(t testing.TB, l net.Listener, opts ...grpc.ServerOption) *Service {
 		srv.Stop()
 		<-done
 	})
-	return svc
 }
 
 // Exercise makes one call of each kind on cc, tagged with tag (metadata

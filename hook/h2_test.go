@@ -1,0 +1,109 @@
+package hook_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/internal/grpctest"
+	"github.com/retrace-dev/retrace/trace"
+)
+
+// TestReplayGRPCBothWays runs a grpc-go client and server in one process
+// in replay mode: 64 traces call over one ClientConn from goroutines
+// bound to their traces. The client side adds each call's trace in-band
+// (grpc-go writes every frame from one goroutine); the server side's read
+// hook removes it before grpc-go decodes the headers, and binds it to the
+// goroutine that starts the call's handler, so every handler, and a
+// goroutine the handler starts, runs in its caller's trace, and no handler
+// sees retrace-* metadata. A call of no trace runs in none.
+func TestReplayGRPCBothWays(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type seen struct{ handler, child string }
+	var mu sync.Mutex
+	got := map[string][]seen{}
+	var leaked []string
+	svc := &grpctest.Service{OnCall: func(md metadata.MD) {
+		for k := range md {
+			if strings.HasPrefix(k, "retrace-") {
+				mu.Lock()
+				leaked = append(leaked, k)
+				mu.Unlock()
+			}
+		}
+		tag := md.Get("x-trace")[0]
+		s := seen{handler: trace.CurrentID()}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.child = trace.CurrentID()
+		}()
+		<-done
+		mu.Lock()
+		got[tag] = append(got[tag], s)
+		mu.Unlock()
+	}}
+	install(t, hook.Config{Mode: hook.Replay, MockAddr: "127.0.0.1:1", Passthrough: []string{l.Addr().String()}, NoClock: true})
+	grpctest.ServeService(t, l, svc)
+	cc, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := grpctest.Exercise(ctx, cc, "untraced"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tag := fmt.Sprintf("trace-%02d", i)
+			defer trace.Bind(&trace.Trace{ID: tag})()
+			if _, err := grpctest.Exercise(ctx, cc, tag); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if _, err := grpctest.Exercise(ctx, cc, "untraced"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(leaked) > 0 {
+		t.Fatalf("handlers saw %d retrace-* fields (%+v)", len(leaked), hook.ReadStats())
+	}
+	if len(got) != n+1 {
+		t.Fatalf("%d tags seen", len(got))
+	}
+	for tag, calls := range got {
+		want := tag
+		if tag == "untraced" {
+			want = ""
+		}
+		for _, s := range calls {
+			if s.handler != want || s.child != want {
+				t.Fatalf("a call of %s ran in trace %q, its child in %q", tag, s.handler, s.child)
+			}
+		}
+	}
+	if st := hook.ReadStats(); st.H2Conns != 1 {
+		t.Fatalf("%d HTTP/2 connections rewritten", st.H2Conns)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -433,4 +435,84 @@ type healthServing struct {
 
 func (healthServing) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+// TestReplayH2CClient: net/http's HTTP/2 client (h2c with prior knowledge)
+// shares one connection among 64 traces; in replay mode each request
+// carries its trace in-band as a stream header, and the mock answers each
+// stream from its own trace's recording, with the real server stopped.
+func TestReplayH2CClient(t *testing.T) {
+	const n = 64
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	tl := &tapped{Listener: l}
+	srv := &http.Server{Protocols: new(http.Protocols), Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s %s", r.Header.Get("X-Trace"), r.URL.Path, bytes.ToUpper(body))
+	})}
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	go func() { _ = srv.Serve(tl) }()
+	want := h2cCalls(t, addr, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
+	rec := recordedOf(t, tl)
+
+	install(t, hook.Config{Mode: hook.Replay, MockAddr: frameMock(t, rec), NoClock: true})
+	got := h2cCalls(t, addr, n)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, err := range rec.errs {
+		t.Error(err)
+	}
+	if len(want) != n || len(got) != n {
+		t.Fatalf("%d answers recorded, %d replayed", len(want), len(got))
+	}
+	for tag, w := range want {
+		if got[tag] != w {
+			t.Errorf("%s: replayed %q, recorded %q", tag, got[tag], w)
+		}
+	}
+}
+
+// h2cCalls posts n traces' requests over one h2c connection, each from a
+// goroutine bound to its trace (after one that opens the connection).
+func h2cCalls(t *testing.T, addr string, n int) map[string]string {
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	var mu sync.Mutex
+	got := map[string]string{}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		call := func() {
+			defer wg.Done()
+			tag := fmt.Sprintf("h2c-%02d", i)
+			defer trace.Bind(&trace.Trace{ID: tag})()
+			req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/items/"+tag, strings.NewReader(strings.Repeat(tag, i*100)))
+			req.Header.Set("X-Trace", tag)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Errorf("%s: %v", tag, err)
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			got[tag] = resp.Proto + " " + string(body)
+			mu.Unlock()
+		}
+		if i == 0 {
+			call()
+		} else {
+			go call()
+		}
+	}
+	wg.Wait()
+	return got
 }

@@ -166,7 +166,7 @@ func (e *engine) inboundRead(st *connState, c *netConn, b []byte) (int, error) {
 	}
 	record := e.cfg.Mode == Record
 	for {
-		n, err := e.l.plainRead(c, b)
+		n, err := e.rawRead(st, c, b)
 		// A connection that is not HTTP/1.x has nothing to strip, bind or
 		// (having never had a request) report.
 		if n <= 0 || (st.rd.passThrough() && (!record || !st.rd.hasCur)) {
@@ -275,7 +275,7 @@ func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) 
 		return e.inboundWriteTurn(st, c, b)
 	}
 	e.reportInboundWrite(st, b)
-	return e.l.plainWrite(c, b)
+	return e.rawWrite(st, c, b)
 }
 
 // outboundRead is the first read of a redirected connection whose
@@ -396,7 +396,11 @@ func (e *engine) outboundWriteSplit(st *connState, c *netConn, b []byte) (int, e
 		// Every byte was held back (a request head in progress) or
 		// stripped. A write of nothing still fails on a closed connection
 		// or past the write deadline, as this Write would without the agent.
-		if _, err := e.l.fdWrite(c.fd, nil); err != nil {
+		if st.tls {
+			if _, err := e.rawWrite(st, c, nil); err != nil {
+				return 0, err
+			}
+		} else if _, err := e.l.fdWrite(c.fd, nil); err != nil {
 			return 0, e.l.opError("write", c.fd, err)
 		}
 	}
@@ -482,7 +486,7 @@ func (w *outWriter) piece(tid string, p []byte) {
 }
 
 func (w *outWriter) write(p []byte) {
-	if _, err := w.e.l.plainWrite(w.c, p); err != nil {
+	if _, err := w.e.rawWrite(w.st, w.c, p); err != nil {
 		w.err = err
 	}
 }

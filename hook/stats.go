@@ -14,6 +14,7 @@ var counters struct {
 	requests, traced, bound, framed, stripped, carried stripe.Counter
 
 	conns, preambles, redirected, failures, pipelined atomic.Int64
+	tlsConns, tlsFaked                                atomic.Int64
 }
 
 var patchState struct {
@@ -48,6 +49,9 @@ type Stats struct {
 	CarriedRequests    int64 // HTTP requests that carried their trace in-band
 	StrippedRequests   int64 // outbound HTTP requests whose Retrace-* headers were stripped
 
+	TLSConns      int64 // TLS connections whose plaintext the TLS hooks followed
+	TLSHandshakes int64 // replay: TLS handshakes completed without TLS (redirected clients)
+
 	// Failures counts recovered panics and errors inside hooks (the
 	// application's I/O proceeded unhooked each time).
 	Failures int64
@@ -76,6 +80,8 @@ func ReadStats() Stats {
 	s.FramedWrites = counters.framed.Load()
 	s.CarriedRequests = counters.carried.Load()
 	s.StrippedRequests = counters.stripped.Load()
+	s.TLSConns = counters.tlsConns.Load()
+	s.TLSHandshakes = counters.tlsFaked.Load()
 	s.Failures = counters.failures.Load()
 	return s
 }

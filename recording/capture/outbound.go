@@ -87,6 +87,10 @@ type call struct {
 	prepare bool
 	headN   uint8
 	head    [prepareIDEnd]byte
+	// tls is what the handshake of the call's connection negotiated, nil
+	// for plain TCP (and for a MySQL connection's calls before its SSL
+	// upgrade).
+	tls *hook.TLSInfo
 }
 
 // httpFramer returns the call's response framer, made if the call began
@@ -143,7 +147,32 @@ func snapshotCalls(calls []*call, base int64) []recording.Call {
 func (c *call) snapshotLocked(base int64) recording.Call {
 	return recording.Call{Proto: c.oc.proto, Dst: c.oc.dst, Setup: c.setup, Conn: int64(c.oc.id),
 		Request: c.req.view(), Response: c.resp.view(), StartNs: c.start - base, DurNs: c.end - c.start,
-		RequestTruncated: c.req.truncated, ResponseTruncated: c.resp.truncated}
+		RequestTruncated: c.req.truncated, ResponseTruncated: c.resp.truncated, TLS: tlsOf(c.tls)}
+}
+
+// h2Note is what a recording says of a connection that negotiated HTTP/2.
+const h2Note = "HTTP/2 negotiated through ALPN h2: recorded as raw bytes, not decoded"
+
+// tlsOf is the recording's form of a connection's TLS.
+func tlsOf(t *hook.TLSInfo) recording.TLS {
+	if t == nil {
+		return recording.TLS{}
+	}
+	r := recording.TLS{On: true, ServerName: t.ServerName, ALPN: t.ALPN}
+	if t.ALPN == "h2" {
+		r.Note = h2Note
+	}
+	return r
+}
+
+// detectConn names the protocol of a connection from its client's first
+// bytes; a TLS connection that negotiated h2 is raw (HTTP/2 is not
+// decoded).
+func detectConn(c *hook.ConnInfo, p []byte) string {
+	if t := c.TLS.Load(); t != nil && t.ALPN == "h2" {
+		return protoRaw
+	}
+	return detectClient(p)
 }
 
 // outConnOf returns the state of a dialled connection, made on first use;
@@ -198,7 +227,7 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
 	if oc.proto == "" {
-		oc.proto = detectClient(p)
+		oc.proto = detectConn(c, p)
 	}
 	oc.wrote = true
 	if oc.proto == protoMySQL && oc.authed {
@@ -227,6 +256,7 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	}
 	cur = oc.newCall()
 	cur.tid, cur.start, cur.end = tid, now, now
+	cur.tls = c.TLS.Load()
 	oc.cur = cur
 	switch oc.proto {
 	case protoRedis:

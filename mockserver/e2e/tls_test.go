@@ -1,0 +1,286 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-resty/resty/v2"
+
+	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/internal/agenttest"
+	"github.com/retrace-dev/retrace/internal/certtest"
+	"github.com/retrace-dev/retrace/mockserver"
+	"github.com/retrace-dev/retrace/mockserver/mocktest"
+	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/recording/capture"
+	"github.com/retrace-dev/retrace/trace"
+)
+
+// tlsTraces is how many requests the TLS tests send at once.
+const tlsTraces = 64
+
+// recorded is what a record run left: the store's directory, the trace id
+// of each request and its answer.
+type recorded struct {
+	dir  string
+	tids []string
+	want []string
+}
+
+// recordRun serves handler under the agent in record mode, sends
+// tlsTraces concurrent requests (request i with id i and traceparent
+// tids[i]) and returns the recording.
+func recordRun(t *testing.T, handler http.Handler, stop func()) recorded {
+	t.Helper()
+	ctx := context.Background()
+	r := recorded{dir: t.TempDir(), tids: make([]string, tlsTraces)}
+	for i := range r.tids {
+		r.tids[i] = trace.NewID()
+	}
+	store, err := recording.Open(ctx, r.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sampler, _ := recording.NewSampler(1)
+	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: sampler})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := capture.New(capture.Config{Pipeline: pipe, App: "e2e-tls"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	undo, err := hook.Install(hook.Config{Mode: hook.Record, Recorder: rec})
+	if err != nil {
+		t.Fatalf("installing the agent: %v", err)
+	}
+	sut := &http.Server{Handler: handler}
+	var wg sync.WaitGroup
+	wg.Go(func() { sut.Serve(ln) })
+	r.want = driveN(ln.Addr().String(), tlsTraces, func(i int) string {
+		return fmt.Sprintf("traceparent: 00-%s-%016x-01", r.tids[i], i+1)
+	})
+	sut.Close()
+	wg.Wait()
+	stop()
+	undo()
+	if err := rec.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// driveN is drive for n requests.
+func driveN(addr string, n int, hdr func(i int) string) []string {
+	got := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			rc, err := agenttest.DialRaw(addr)
+			if err != nil {
+				got[i] = err.Error()
+				return
+			}
+			defer rc.Close()
+			code, body, err := rc.Get(fmt.Sprintf("/work?i=%d", i), hdr(i))
+			if err != nil || code != 200 {
+				got[i] = fmt.Sprintf("status %d: %s %v", code, body, err)
+				return
+			}
+			got[i] = string(body)
+		})
+	}
+	wg.Wait()
+	return got
+}
+
+// sessions reads every session of the recording by id.
+func (r recorded) sessions(t *testing.T) map[string]*recording.Session {
+	t.Helper()
+	rd, err := recording.Open(context.Background(), r.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	out := map[string]*recording.Session{}
+	if err := rd.Scan(context.Background(), func(s *recording.Session) error { out[s.ID] = s; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// replayRun loads the recording into a mock server and replays every
+// request against handler under the agent in replay mode; every request
+// must get its recorded answer, with no mock missing.
+func replayRun(t *testing.T, r recorded, handler http.Handler, cleanup func()) {
+	t.Helper()
+	ctx := context.Background()
+	srv := mocktest.NewServer(t, mockserver.Config{})
+	rd, err := recording.Open(ctx, r.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := srv.Load(ctx, rd.Scan)
+	rd.Close()
+	if err != nil || n < tlsTraces {
+		t.Fatalf("loaded %d sessions (%v), want at least %d", n, err, tlsTraces)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	undo, err := hook.Install(hook.Config{Mode: hook.Replay, MockAddr: srv.Addr(), NoClock: true,
+		Passthrough: []string{ln.Addr().String(), strings.TrimPrefix(srv.AdminURL(), "http://")}})
+	if err != nil {
+		t.Fatalf("installing the agent: %v", err)
+	}
+	sut := &http.Server{Handler: handler}
+	var wg sync.WaitGroup
+	wg.Go(func() { sut.Serve(ln) })
+	got := driveN(ln.Addr().String(), tlsTraces, func(i int) string { return "Retrace-Trace-Id: " + r.tids[i] })
+	sut.Close()
+	wg.Wait()
+	cleanup()
+	undo()
+	for i := range tlsTraces {
+		if got[i] != r.want[i] {
+			t.Errorf("request %d: replay answered %q, recorded %q", i, got[i], r.want[i])
+		}
+	}
+	if st := hook.ReadStats(); st.TLSHandshakes == 0 || t.Failed() {
+		t.Errorf("no TLS handshake was completed without TLS in replay: %+v", st)
+	}
+}
+
+// priceService calls an HTTPS pricing service for each request: with
+// net/http from a child goroutine, with resty from that child's child, on
+// pooled keep-alive connections shared by every request.
+type priceService struct {
+	base  string
+	hc    *http.Client
+	resty *resty.Client
+}
+
+func newPriceService(base string, cfg *tls.Config) *priceService {
+	tr := &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 4}
+	rtr := &http.Transport{TLSClientConfig: cfg.Clone(), MaxIdleConnsPerHost: 4}
+	return &priceService{base: base, hc: &http.Client{Transport: tr, Timeout: 10 * time.Second},
+		resty: resty.NewWithClient(&http.Client{Transport: rtr, Timeout: 10 * time.Second})}
+}
+
+func (p *priceService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	i := r.URL.Query().Get("i")
+	type res struct {
+		s   string
+		err error
+	}
+	out := make(chan res, 2)
+	go func() {
+		resp, err := p.hc.Get(p.base + "/price?item=" + i)
+		if err != nil {
+			out <- res{err: err}
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		out <- res{s: string(b), err: err}
+		go func() {
+			rr, err := p.resty.R().SetQueryParam("item", i).Post(p.base + "/tax")
+			if err != nil {
+				out <- res{err: err}
+				return
+			}
+			out <- res{s: rr.String()}
+		}()
+	}()
+	var parts []string
+	for range 2 {
+		x := <-out
+		if x.err != nil {
+			http.Error(w, x.err.Error(), 502)
+			return
+		}
+		parts = append(parts, x.s)
+	}
+	fmt.Fprint(w, strings.Join(parts, " | "))
+}
+
+func (p *priceService) close() {
+	p.hc.CloseIdleConnections()
+	p.resty.GetClient().CloseIdleConnections()
+}
+
+var itemRE = regexp.MustCompile(`item=(\d+)`)
+
+// TestRecordAndReplayHTTPS: a service calling an HTTPS provider behind a
+// private CA is recorded in plaintext, each call in its own request's
+// session, and replayed with the provider gone and no CA anywhere.
+func TestRecordAndReplayHTTPS(t *testing.T) {
+	ca := certtest.New(t)
+	provider := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s item=%s %s", r.URL.Path, r.URL.Query().Get("item"), trace.NewID()[:8])
+	}))
+	provider.TLS = ca.ServerConfig(t)
+	provider.StartTLS()
+	base := provider.URL
+	cfg := ca.ClientConfig()
+	cfg.NextProtos = []string{"http/1.1"}
+	svc := newPriceService(base, cfg)
+	rec := recordRun(t, svc, func() { svc.close(); provider.Close() })
+
+	sessions := rec.sessions(t)
+	for i, tid := range rec.tids {
+		if !strings.Contains(rec.want[i], fmt.Sprintf("/price item=%d ", i)) ||
+			!strings.Contains(rec.want[i], fmt.Sprintf("/tax item=%d ", i)) {
+			t.Fatalf("recording request %d: %s", i, rec.want[i])
+		}
+		s := sessions[tid]
+		if s == nil {
+			t.Fatalf("request %d: no session %s", i, tid)
+		}
+		var https int
+		for _, c := range s.Calls {
+			if bytes.HasPrefix(c.Request, []byte{0x16, 0x03}) || bytes.HasPrefix(c.Response, []byte{0x16, 0x03}) {
+				t.Errorf("request %d: a TLS record was recorded: call %d, %s to %s", i, c.Seq, c.Proto, c.Dst)
+			}
+			if c.Proto != recording.ProtoHTTP {
+				continue
+			}
+			https++
+			if !c.TLS.On || c.TLS.ALPN != "http/1.1" || c.TLS.ServerName != "127.0.0.1" {
+				t.Errorf("request %d: call not marked TLS as negotiated: %+v", i, c.TLS)
+			}
+			if bytes.Contains(c.Request, []byte("Retrace-")) {
+				t.Errorf("request %d: in-band header recorded: %q", i, c.Request)
+			}
+			for _, m := range itemRE.FindAllSubmatch(append(c.Request, c.Response...), -1) {
+				if string(m[1]) != fmt.Sprint(i) {
+					t.Errorf("request %d: call of item %s in its session: %q", i, m[1], c.Request)
+				}
+			}
+		}
+		if https != 2 {
+			t.Errorf("request %d: %d HTTPS calls recorded, want 2: %+v", i, https, s.Calls)
+		}
+	}
+
+	// replay: no CA given to the clients (they would refuse the provider's
+	// certificate), the provider is gone
+	svc = newPriceService(base, &tls.Config{})
+	replayRun(t, rec, svc, svc.close)
+}

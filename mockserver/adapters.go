@@ -186,12 +186,13 @@ func (a *mysqlAdapter) next(buf []byte) (request, int, []byte, error) {
 	}
 	a.lastSeq = seq
 	if !a.authed {
-		// HandshakeResponse41 (or an SSL request, which fails later since
-		// the greeting offers no TLS): any credentials are accepted.
-		a.authed = true
-		if mysql.ClientCaps(p)&mysql.CapSSL != 0 && len(p) == 32 {
-			return request{}, 0, nil, errors.New("MySQL client asked for TLS, which the mock server does not speak (use tls=false)")
+		// HandshakeResponse41, after an SSL request when the client asked
+		// for TLS (the agent completed its handshake without TLS, and the
+		// response comes in plaintext): any credentials are accepted.
+		if mysql.IsSSLRequest(p) {
+			return request{raw: buf[:n], op: "SSL REQUEST", setup: true, local: true, noReply: true}, n, nil, nil
 		}
+		a.authed = true
 		return request{raw: buf[:n], op: "HANDSHAKE", setup: true, local: true}, n, nil, nil
 	}
 	r := mysqlRequest(buf[:n], p, func(id uint32) (string, bool) { q, ok := a.stmts[id]; return q, ok })

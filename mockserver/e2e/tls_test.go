@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"database/sql"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -16,10 +19,13 @@ import (
 	"time"
 
 	"github.com/go-resty/resty/v2"
+	"github.com/go-sql-driver/mysql"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/retrace-dev/retrace/hook"
 	"github.com/retrace-dev/retrace/internal/agenttest"
 	"github.com/retrace-dev/retrace/internal/certtest"
+	"github.com/retrace-dev/retrace/internal/testenv"
 	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/mockserver/mocktest"
 	"github.com/retrace-dev/retrace/recording"
@@ -282,5 +288,131 @@ func TestRecordAndReplayHTTPS(t *testing.T) {
 	// replay: no CA given to the clients (they would refuse the provider's
 	// certificate), the provider is gone
 	svc = newPriceService(base, &tls.Config{})
+	replayRun(t, rec, svc, svc.close)
+}
+
+// storeService keeps each request's item in Redis and reads a row of
+// MariaDB, both over TLS (the servers accept nothing else).
+type storeService struct {
+	rdb    *goredis.Client
+	db     *sql.DB
+	prefix string
+}
+
+// caPool reads a CA's PEM file; an empty pool when file is "".
+func caPool(t *testing.T, file string) *x509.CertPool {
+	p := x509.NewCertPool()
+	if file == "" {
+		return p
+	}
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.AppendCertsFromPEM(pem) {
+		t.Fatalf("%s holds no certificate", file)
+	}
+	return p
+}
+
+var tlsConfigSeq int
+
+// newStoreService connects to the TLS Redis and MariaDB, trusting the CA
+// in caFile ("" trusts nothing: a connection that reached a real server
+// would fail).
+func newStoreService(t *testing.T, caFile, prefix string) *storeService {
+	t.Helper()
+	raddr, _ := testenv.RedisTLSAddr(t)
+	dsn, _ := testenv.MySQLTLSDSN(t)
+	host, _, _ := net.SplitHostPort(raddr)
+	rdb := goredis.NewClient(&goredis.Options{Addr: raddr, PoolSize: 8, MaxRetries: -1,
+		TLSConfig: &tls.Config{RootCAs: caPool(t, caFile), ServerName: host}})
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsConfigSeq++
+	name := fmt.Sprintf("retrace-e2e-tls-%d", tlsConfigSeq)
+	if err := mysql.RegisterTLSConfig(name, &tls.Config{RootCAs: caPool(t, caFile), ServerName: "127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.TLSConfig = name
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(8)
+	return &storeService{rdb: rdb, db: db, prefix: prefix}
+}
+
+func (s *storeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	i := r.URL.Query().Get("i")
+	key := s.prefix + ":" + i
+	if err := s.rdb.Set(ctx, key, "item="+i, time.Minute).Err(); err != nil {
+		http.Error(w, "redis: "+err.Error(), 502)
+		return
+	}
+	v, err := s.rdb.Get(ctx, key).Result()
+	if err != nil {
+		http.Error(w, "redis: "+err.Error(), 502)
+		return
+	}
+	var row string
+	if err := s.db.QueryRowContext(ctx, "SELECT CONCAT('item=', ?, ' ', @@version_comment IS NOT NULL)", i).Scan(&row); err != nil {
+		http.Error(w, "mysql: "+err.Error(), 502)
+		return
+	}
+	fmt.Fprintf(w, "%s | %s", v, row)
+}
+
+func (s *storeService) close() {
+	s.rdb.Close()
+	s.db.Close()
+}
+
+// TestRecordAndReplayRedisAndMySQLOverTLS: go-redis to a TLS-only
+// redis-server and go-sql-driver/mysql to a MariaDB that requires TLS
+// (MySQL's SSL request, then the handshake mid-stream) are recorded as
+// redis and mysql in plaintext, and replayed from the mock with clients
+// that trust no CA, so no real server can have answered.
+func TestRecordAndReplayRedisAndMySQLOverTLS(t *testing.T) {
+	_, caFile := testenv.RedisTLSAddr(t)
+	prefix := "retrace-e2e-tls-" + trace.NewID()[:8]
+	svc := newStoreService(t, caFile, prefix)
+	rec := recordRun(t, svc, svc.close)
+	sessions := rec.sessions(t)
+	for i, tid := range rec.tids {
+		if rec.want[i] != fmt.Sprintf("item=%d | item=%d 1", i, i) {
+			t.Fatalf("recording request %d: %s", i, rec.want[i])
+		}
+		s := sessions[tid]
+		if s == nil {
+			t.Fatalf("request %d: no session", i)
+		}
+		protos := map[string]int{}
+		for _, c := range s.Calls {
+			if bytes.HasPrefix(c.Request, []byte{0x16, 0x03}) {
+				t.Errorf("request %d: a TLS record was recorded: call %d %s", i, c.Seq, c.Proto)
+			}
+			if c.Setup {
+				continue
+			}
+			protos[c.Proto]++
+			if !c.TLS.On {
+				t.Errorf("request %d: call %d (%s) not marked TLS", i, c.Seq, c.Proto)
+			}
+			for _, m := range itemRE.FindAllSubmatch(c.Request, -1) {
+				if string(m[1]) != fmt.Sprint(i) {
+					t.Errorf("request %d: call of item %s in its session", i, m[1])
+				}
+			}
+		}
+		if protos[recording.ProtoRedis] < 2 || protos[recording.ProtoMySQL] < 1 {
+			t.Errorf("request %d: calls by protocol %v, want 2 redis and a mysql", i, protos)
+		}
+	}
+	svc = newStoreService(t, "", prefix)
 	replayRun(t, rec, svc, svc.close)
 }

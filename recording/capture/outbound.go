@@ -180,7 +180,6 @@ func tlsOf(t *hook.TLSInfo) recording.TLS {
 	return r
 }
 
-
 // outConnOf returns the state of a dialled connection, made on first use;
 // nil for an accepted one.
 func outConnOf(c *hook.ConnInfo) *outConn {

@@ -15,3 +15,10 @@ func NoDenseIndex(t testing.TB) {
 
 // ServeTCP is serveTCP, for the tests of package hook_test.
 func ServeTCP(t *testing.T, handle func(net.Conn)) string { return serveTCP(t, handle) }
+
+// ForceTLSPanic makes every TLS hook panic where it looks up its
+// connection, until t ends.
+func ForceTLSPanic(t testing.TB) {
+	tlsStatePanic.Store(true)
+	t.Cleanup(func() { tlsStatePanic.Store(false) })
+}

@@ -132,3 +132,25 @@ func (ca *CA) ServerConfig(tb testing.TB) *tls.Config {
 func (ca *CA) ClientConfig() *tls.Config {
 	return &tls.Config{RootCAs: ca.Pool()}
 }
+
+// WriteLeaf issues a certificate for hosts and writes it (with the CA's
+// after it) and its key to PEM files in dir.
+func (ca *CA) WriteLeaf(dir string, hosts ...string) (certFile, keyFile string, err error) {
+	cert, err := ca.Leaf(hosts...)
+	if err != nil {
+		return "", "", err
+	}
+	var certPEM []byte
+	for _, der := range cert.Certificate {
+		certPEM = append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		return "", "", err
+	}
+	certFile, keyFile = filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key")
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600)
+}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
@@ -30,6 +31,7 @@ import (
 	"github.com/retrace-dev/retrace/mockserver/mocktest"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/recording/capture"
+	"github.com/retrace-dev/retrace/replayer/regress"
 	"github.com/retrace-dev/retrace/trace"
 )
 
@@ -415,4 +417,176 @@ func TestRecordAndReplayRedisAndMySQLOverTLS(t *testing.T) {
 	}
 	svc = newStoreService(t, "", prefix)
 	replayRun(t, rec, svc, svc.close)
+}
+
+// childEnv names the service a re-run of the test binary serves instead
+// of running tests (see runChild): a service replayed by the replayer in
+// another process, as in production, so that the replayer's own
+// Retrace-* headers are not taken by the agent of the service.
+const childEnv = "RETRACE_E2E_CHILD"
+
+// runChild serves the child named: "https-sut" is priceService over
+// HTTPS (certificate and key in RETRACE_E2E_CERT, _KEY) calling
+// RETRACE_E2E_PROVIDER, under the agent in replay mode with the mock at
+// RETRACE_E2E_MOCK. It prints its address and serves until its standard
+// input closes.
+func runChild(name string) int {
+	if name != "https-sut" {
+		fmt.Fprintf(os.Stderr, "unknown child %q\n", name)
+		return 2
+	}
+	cert, err := tls.LoadX509KeyPair(os.Getenv("RETRACE_E2E_CERT"), os.Getenv("RETRACE_E2E_KEY"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	undo, err := hook.Install(hook.Config{Mode: hook.Replay, MockAddr: os.Getenv("RETRACE_E2E_MOCK"), NoClock: true,
+		Passthrough: []string{ln.Addr().String()}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer undo()
+	svc := newPriceService(os.Getenv("RETRACE_E2E_PROVIDER"), &tls.Config{}) // no CA
+	srv := &http.Server{Handler: svc, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
+	go srv.ServeTLS(ln, "", "")
+	fmt.Println(ln.Addr().String())
+	io.Copy(io.Discard, os.Stdin)
+	srv.Close()
+	svc.close()
+	return 0
+}
+
+// TestRecordAndReplayHTTPSService: a service serving HTTPS is recorded
+// from its plaintext (inbound requests marked TLS), then replayed by the
+// replayer with --target https:// and the CA, against the service in
+// another process under the agent in replay mode; its own HTTPS provider
+// is gone by then and answered by the mock.
+func TestRecordAndReplayHTTPSService(t *testing.T) {
+	ctx := context.Background()
+	ca := certtest.New(t)
+	dir := t.TempDir()
+	certFile, keyFile, err := ca.WriteLeaf(dir, "127.0.0.1", "localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	provider := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s item=%s %s", r.URL.Path, r.URL.Query().Get("item"), trace.NewID()[:8])
+	}))
+	provider.TLS = ca.ServerConfig(t)
+	provider.StartTLS()
+	base := provider.URL
+
+	// record: the service serves HTTPS in this process
+	rec := recorded{dir: t.TempDir(), tids: make([]string, tlsTraces), want: make([]string, tlsTraces)}
+	store, err := recording.Open(ctx, rec.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sampler, _ := recording.NewSampler(1)
+	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: sampler})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorder, err := capture.New(capture.Config{Pipeline: pipe, App: "e2e-https"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	undo, err := hook.Install(hook.Config{Mode: hook.Record, Recorder: recorder})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := newPriceService(base, ca.ClientConfig())
+	sut := httptest.NewUnstartedServer(svc)
+	sut.TLS = ca.ServerConfig(t)
+	sut.StartTLS()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: ca.ClientConfig()}}
+	var wg sync.WaitGroup
+	for i := range tlsTraces {
+		rec.tids[i] = trace.NewID()
+		wg.Go(func() {
+			req, _ := http.NewRequest("GET", fmt.Sprintf("%s/work?i=%d", sut.URL, i), nil)
+			req.Header.Set("traceparent", fmt.Sprintf("00-%s-%016x-01", rec.tids[i], i+1))
+			resp, err := client.Do(req)
+			if err != nil {
+				rec.want[i] = err.Error()
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			rec.want[i] = string(b)
+		})
+	}
+	wg.Wait()
+	client.CloseIdleConnections()
+	sut.Close()
+	svc.close()
+	provider.Close()
+	undo()
+	if err := recorder.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sessions := rec.sessions(t)
+	ids := map[string]bool{}
+	for i, tid := range rec.tids {
+		s := sessions[tid]
+		if s == nil || !strings.Contains(rec.want[i], fmt.Sprintf("item=%d ", i)) {
+			t.Fatalf("request %d: answer %q, session %v", i, rec.want[i], s != nil)
+		}
+		if !s.Inbound.TLS.On || !bytes.HasPrefix(s.Inbound.Request, []byte("GET /work?i=")) {
+			t.Fatalf("request %d: inbound not recorded as TLS plaintext: %+v %q", i, s.Inbound.TLS, s.Inbound.Request)
+		}
+		ids[tid] = true
+	}
+
+	// replay: the service in a child process, the replayer here
+	mock := mocktest.NewServer(t, mockserver.Config{})
+	rd, err := recording.Open(ctx, rec.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mock.Load(ctx, rd.Scan); err != nil {
+		t.Fatal(err)
+	}
+	rd.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=https-sut", "RETRACE_E2E_CERT="+certFile, "RETRACE_E2E_KEY="+keyFile,
+		"RETRACE_E2E_PROVIDER="+base, "RETRACE_E2E_MOCK="+mock.Addr())
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	var addr string
+	if _, err := fmt.Fscanln(stdout, &addr); err != nil {
+		t.Fatalf("the service did not start: %v", err)
+	}
+	src, err := regress.OpenSource(ctx, rec.dir, func(err error) { t.Error(err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	var mu sync.Mutex
+	var results []*regress.Result
+	err = regress.Run(ctx, regress.Config{Source: src, Select: regress.Selection{IDs: ids},
+		Target: "https://" + addr, MockAdmin: mock.AdminURL(), TLS: &tls.Config{RootCAs: ca.Pool()}},
+		func(r *regress.Result) { mu.Lock(); results = append(results, r); mu.Unlock() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != tlsTraces {
+		t.Fatalf("%d sessions replayed, want %d", len(results), tlsTraces)
+	}
+	for _, r := range results {
+		if r.Status != regress.Passed {
+			t.Errorf("session %s: %s %s %+v", r.Session, r.Status, r.Error, r.Findings)
+		}
+	}
 }

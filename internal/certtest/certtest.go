@@ -1,6 +1,7 @@
 // Package certtest makes the private certificate authorities and the
-// certificates that tests of TLS give their own servers and clients: made
-// at run time with crypto/x509, never checked in, valid for an hour.
+// certificates that tests of TLS, and the demo's HTTPS pricing service,
+// give their own servers and clients: made at run time with crypto/x509,
+// never checked in, valid for a day.
 package certtest
 
 import (
@@ -49,7 +50,7 @@ func NewCA() (*CA, error) {
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: "retrace test CA"},
 		NotBefore:             time.Now().Add(-time.Minute),
-		NotAfter:              time.Now().Add(time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
 		IsCA:                  true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
@@ -100,7 +101,7 @@ func (ca *CA) Leaf(hosts ...string) (tls.Certificate, error) {
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: "retrace test"},
 		NotBefore:    time.Now().Add(-time.Minute),
-		NotAfter:     time.Now().Add(time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}

@@ -37,7 +37,7 @@ func TestTLSFailsOpen(t *testing.T) {
 			svc := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				resp, err := hc.Get(down.URL + "/?i=" + r.URL.Query().Get("i"))
 				if err != nil {
-					http.Error(w, err.Error(), 502)
+					http.Error(w, err.Error(), http.StatusBadGateway)
 					return
 				}
 				defer resp.Body.Close()

@@ -127,10 +127,17 @@ func mayHTTP2(t *http.Transport) bool {
 	if t.Protocols != nil {
 		return t.Protocols.HTTP2()
 	}
-	if t.ForceAttemptHTTP2 || (t.TLSClientConfig == nil && t.Dial == nil && t.DialContext == nil &&
-		t.DialTLS == nil && t.DialTLSContext == nil) { //nolint:staticcheck // Dial, DialTLS: deprecated, still honoured
+	if t.ForceAttemptHTTP2 || (t.TLSClientConfig == nil && !customDial(t)) {
 		return true
 	}
 	_, h2 := t.TLSNextProto["h2"]
 	return h2
+}
+
+// customDial reports whether t has a dialer of its own, which (like a
+// TLS config) keeps net/http from enabling HTTP/2 by itself. Dial and
+// DialTLS are deprecated and still honoured.
+func customDial(t *http.Transport) bool {
+	//lint:ignore SA1019 net/http still honours the deprecated dialers
+	return t.Dial != nil || t.DialContext != nil || t.DialTLS != nil || t.DialTLSContext != nil
 }

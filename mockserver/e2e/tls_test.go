@@ -220,7 +220,7 @@ func (p *priceService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for range 2 {
 		x := <-out
 		if x.err != nil {
-			http.Error(w, x.err.Error(), 502)
+			http.Error(w, x.err.Error(), http.StatusBadGateway)
 			return
 		}
 		parts = append(parts, x.s)
@@ -353,17 +353,17 @@ func (s *storeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	i := r.URL.Query().Get("i")
 	key := s.prefix + ":" + i
 	if err := s.rdb.Set(ctx, key, "item="+i, time.Minute).Err(); err != nil {
-		http.Error(w, "redis: "+err.Error(), 502)
+		http.Error(w, "redis: "+err.Error(), http.StatusBadGateway)
 		return
 	}
 	v, err := s.rdb.Get(ctx, key).Result()
 	if err != nil {
-		http.Error(w, "redis: "+err.Error(), 502)
+		http.Error(w, "redis: "+err.Error(), http.StatusBadGateway)
 		return
 	}
 	var row string
 	if err := s.db.QueryRowContext(ctx, "SELECT CONCAT('item=', ?, ' ', @@version_comment IS NOT NULL)", i).Scan(&row); err != nil {
-		http.Error(w, "mysql: "+err.Error(), 502)
+		http.Error(w, "mysql: "+err.Error(), http.StatusBadGateway)
 		return
 	}
 	fmt.Fprintf(w, "%s | %s", v, row)

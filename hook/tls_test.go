@@ -103,14 +103,20 @@ func TestTLSInfoReported(t *testing.T) {
 	resp.Body.Close()
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	require.NotEmpty(t, rec.writes, "no outbound plaintext reported")
+	// (writes of no trace may be an earlier test's: net/http finishes a
+	// dial it no longer needs in the background, and puts it in its pool)
+	var mine int
 	for _, w := range rec.writes {
+		if w.tid != "rt00000000000000aa" {
+			continue
+		}
+		mine++
 		require.NotNil(t, w.tls, "outbound bytes reported without TLS: %q", w.p)
 		require.Equal(t, hook.TLSInfo{ServerName: "localhost", ALPN: "http/1.1", Version: tls.VersionTLS13,
 			CipherSuite: w.tls.CipherSuite, PeerCerts: 2}, *w.tls, "the server presents its certificate and the CA")
 		require.Contains(t, w.p, "GET / HTTP/1.1")
-		require.Equal(t, "rt00000000000000aa", w.tid)
 	}
+	require.NotZero(t, mine, "no outbound plaintext reported")
 }
 
 type tlsWrite struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/internal/agenttest"
 	"github.com/retrace-dev/retrace/internal/certtest"
 	"github.com/retrace-dev/retrace/trace"
 )
@@ -140,4 +141,66 @@ func (r *tlsRecorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	r.mu.Lock()
 	r.writes = append(r.writes, tlsWrite{tid: tid, p: string(p), tls: c.TLS.Load()})
 	r.mu.Unlock()
+}
+
+// tlsInbound keeps the TLS of the accepted connections whose requests it
+// saw, and traces each request.
+type tlsInbound struct {
+	tlsRecorder
+	in []*hook.TLSInfo
+}
+
+func (r *tlsInbound) StartRequest(c *hook.ConnInfo, _ trace.RequestHead) string {
+	r.mu.Lock()
+	r.in = append(r.in, c.TLS.Load())
+	r.mu.Unlock()
+	return agenttest.NewID()
+}
+
+// TestTLSMutualResumedAndH2: a server's client certificates (mTLS) and a
+// resumed session are reported; a connection that negotiates h2 is
+// logged once as not decoded.
+func TestTLSMutualResumedAndH2(t *testing.T) {
+	ca := certtest.New(t)
+	srvCfg := ca.ServerConfig(t)
+	srvCfg.ClientAuth, srvCfg.ClientCAs = tls.RequireAndVerifyClientCert, ca.Pool()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, r.Proto)
+	}))
+	srv.TLS = srvCfg
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	var logs logBuffer
+	rec := &tlsInbound{}
+	install(t, hook.Config{Mode: hook.Record, Recorder: rec, Logger: logs.logger()})
+	clientCert, err := ca.Leaf("client")
+	require.NoError(t, err)
+	get := func(cfg *tls.Config, h2 bool) string {
+		t.Helper()
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: h2}}
+		defer c.CloseIdleConnections()
+		resp, err := c.Get(srv.URL)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	cfg := ca.ClientConfig()
+	cfg.Certificates = []tls.Certificate{clientCert}
+	cfg.NextProtos = []string{"http/1.1"}
+	cfg.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+	require.Equal(t, "HTTP/1.1", get(cfg, false))
+	require.Equal(t, "HTTP/1.1", get(cfg, false)) // resumes the first session
+	rec.mu.Lock()
+	require.Len(t, rec.in, 2)
+	require.NotNil(t, rec.in[0])
+	require.Equal(t, 2, rec.in[0].PeerCerts, "the client's certificate and its CA")
+	require.False(t, rec.in[0].Resumed)
+	require.True(t, rec.in[1].Resumed, "the second connection resumed the session: %+v", rec.in[1])
+	rec.mu.Unlock()
+	cfg = cfg.Clone()
+	cfg.NextProtos = nil
+	require.Equal(t, "HTTP/2.0", get(cfg, true))
+	require.Contains(t, logs.String(), "negotiated HTTP/2 (ALPN h2)")
 }

@@ -85,6 +85,10 @@ type Config struct {
 	// replay mode its calls carry no trace in-band. The zero value patches
 	// it (hook/grpc.go).
 	NoGRPC bool
+	// NoTLS leaves crypto/tls alone: TLS connections are then followed as
+	// the TCP connections under them (their bytes are ciphertext). The zero
+	// value hooks TLS (DESIGN.md section 11).
+	NoTLS bool
 }
 
 // Recorder receives a service's traffic in record mode. Methods are called
@@ -160,6 +164,9 @@ type ConnInfo struct {
 	// connections. Reports of one connection may come from several
 	// goroutines at once (net/http reads and writes a connection on two).
 	Data atomic.Value
+	// TLS is set on the connection of a TLS session's plaintext, before any
+	// of it is reported: what its handshake negotiated. Nil for plain TCP.
+	TLS atomic.Pointer[TLSInfo]
 }
 
 // Errors of Install.

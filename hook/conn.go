@@ -169,7 +169,7 @@ func (e *engine) inboundRead(st *connState, c *netConn, b []byte) (int, error) {
 	}
 	record := e.cfg.Mode == Record
 	for {
-		n, err := e.l.plainRead(c, b)
+		n, err := e.rawRead(st, c, b)
 		if n > 0 && e.cfg.Mode == Replay {
 			if h := st.h2.Load(); h == nil || h.rw == nil && h != h2Not {
 				if h = e.h2Decide(st, b[:n]); h != h2Not {
@@ -290,7 +290,7 @@ func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) 
 		}
 		if h != h2Not {
 			e.h2Wrote(h, b)
-			return e.l.plainWrite(c, b)
+			return e.rawWrite(st, c, b)
 		}
 	}
 	if r := st.srv.resp.Load(); r != respStarted && len(b) > 0 &&
@@ -298,7 +298,7 @@ func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) 
 		return e.inboundWriteTurn(st, c, b)
 	}
 	e.reportInboundWrite(st, b)
-	return e.l.plainWrite(c, b)
+	return e.rawWrite(st, c, b)
 }
 
 // outboundRead is the first read of a redirected connection whose
@@ -419,7 +419,11 @@ func (e *engine) outboundWriteSplit(st *connState, c *netConn, b []byte) (int, e
 		// Every byte was held back (a request head in progress) or
 		// stripped. A write of nothing still fails on a closed connection
 		// or past the write deadline, as this Write would without the agent.
-		if _, err := e.l.fdWrite(c.fd, nil); err != nil {
+		if st.tls {
+			if _, err := e.rawWrite(st, c, nil); err != nil {
+				return 0, err
+			}
+		} else if _, err := e.l.fdWrite(c.fd, nil); err != nil {
 			return 0, e.l.opError("write", c.fd, err)
 		}
 	}
@@ -505,7 +509,7 @@ func (w *outWriter) piece(tid string, p []byte) {
 }
 
 func (w *outWriter) write(p []byte) {
-	if _, err := w.e.l.plainWrite(w.c, p); err != nil {
+	if _, err := w.e.rawWrite(w.st, w.c, p); err != nil {
 		w.err = err
 	}
 }

@@ -37,6 +37,7 @@ type engine struct {
 	l     *netLayout
 	log   *slog.Logger
 	clock bool // time.Now is patched: Arrived uses realNow
+	tls   bool // crypto/tls is hooked: HTTPS requests may carry their trace in-band
 
 	conns    connTable
 	connects pendingConnects
@@ -113,7 +114,9 @@ type connState struct {
 	// the mock server; dst is where the application meant it to go.
 	redirect bool
 	// broken is set after a hook panicked on this connection: from then on
-	// its bytes pass unchanged (framed with no trace when redirected).
+	// its bytes pass unchanged (framed with no trace when redirected). It
+	// is also set on a connection that carries TLS whose plaintext the TLS
+	// hooks follow (tlsSt): its own bytes are not reported.
 	broken atomic.Bool
 	// passed is set once the outbound stream gave up on HTTP (and holds
 	// nothing): writes then skip it (see publish).
@@ -128,6 +131,9 @@ type connState struct {
 	untraced atomic.Int32
 	// gone is set when the state leaves the table (see connTable.get).
 	gone atomic.Bool
+	// tls marks the state of a TLS connection (see tls.go): its own bytes
+	// are the plaintext, read and written through tc.
+	tls bool
 
 	rmu     sync.Mutex // read side: rd, pending
 	rd      *stream    // inbound: the request parser
@@ -146,11 +152,14 @@ type connState struct {
 	dst  string
 	h2   atomic.Pointer[h2In] // inbound, replay: HTTP/2 state, h2Not when not HTTP/2, nil before the first read
 
+	tc    unsafe.Pointer            // the *tls.Conn of a TLS connection's state
+	tlsSt atomic.Pointer[connState] // the TLS connection over this one, if any
+
 	_ [connStatePad]byte
 }
 
 // connStatePad rounds connState up to 384 bytes on 64-bit platforms.
-const connStatePad = 32 * (^uintptr(0) >> 63)
+const connStatePad = 8 * (^uintptr(0) >> 63)
 
 // publish sets passed once the outbound stream has given up on HTTP;
 // called under wmu after a feed.
@@ -544,6 +553,9 @@ func (e *engine) forget(st *connState) {
 	st.h2.Load().closed()
 	if e.cfg.Mode == Record {
 		e.cfg.Recorder.Closed(&st.info)
+	}
+	if t := st.tlsSt.Swap(nil); t != nil {
+		e.forget(t)
 	}
 }
 

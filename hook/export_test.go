@@ -36,3 +36,10 @@ func PatchGRPC(t testing.TB) {
 		undo()
 	})
 }
+
+// ForceTLSPanic makes every TLS hook panic where it looks up its
+// connection, until t ends.
+func ForceTLSPanic(t testing.TB) {
+	tlsStatePanic.Store(true)
+	t.Cleanup(func() { tlsStatePanic.Store(false) })
+}

@@ -101,7 +101,7 @@ func (e *engine) h2Read(h *h2In, st *connState, c *netConn, b []byte, n int, err
 			return 0, err
 		}
 		// Everything read was the start of a frame: read on.
-		n, err = e.l.plainRead(c, b)
+		n, err = e.rawRead(st, c, b)
 	}
 }
 

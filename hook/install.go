@@ -111,6 +111,14 @@ func Install(cfg Config) (undo func(), err error) {
 		refused = append(refused, err.Error())
 		e.log.Error("retrace: function left unpatched", "err", err)
 	}
+	if !rc.NoTLS {
+		if err := installTLS(&undos, &patched); err != nil {
+			refused = append(refused, err.Error())
+			e.log.Error("retrace: TLS left unhooked: its connections are followed as TCP", "err", err)
+		} else {
+			e.tls = true
+		}
+	}
 	e.log.Info("retrace: agent installed", "mode", rc.Mode.String(), "patched", patched)
 	patchState.Lock()
 	patchState.mode, patchState.patched, patchState.refused = rc.Mode, patched, refused
@@ -132,4 +140,30 @@ func Install(cfg Config) (undo func(), err error) {
 			installed = false
 		})
 	}, nil
+}
+
+// installTLS patches crypto/tls (tls.go): the three patches or none, since
+// a handshake hooked without the Read and Write hooks would leave a
+// replayed connection without TLS to speak.
+func installTLS(undos *[]func(), patched *[]string) error {
+	ts, err := tlsTargets()
+	if err != nil {
+		return err
+	}
+	var mine []func()
+	for _, t := range ts {
+		u, err := apply(t)
+		if err != nil {
+			for i := len(mine) - 1; i >= 0; i-- {
+				mine[i]()
+			}
+			return err
+		}
+		mine = append(mine, u)
+	}
+	*undos = append(*undos, mine...)
+	for _, t := range ts {
+		*patched = append(*patched, t.name)
+	}
+	return nil
 }

@@ -15,6 +15,7 @@ var counters struct {
 
 	conns, preambles, redirected, failures, pipelined atomic.Int64
 	h2conns                                           atomic.Int64
+	tlsConns, tlsFaked                                atomic.Int64
 }
 
 var patchState struct {
@@ -52,6 +53,8 @@ type Stats struct {
 	// H2Conns counts accepted HTTP/2 connections whose streams were
 	// rewritten and bound one by one (replay mode).
 	H2Conns int64
+	TLSConns      int64 // TLS connections whose plaintext the TLS hooks followed
+	TLSHandshakes int64 // replay: TLS handshakes completed without TLS (redirected clients)
 
 	// Failures counts recovered panics and errors inside hooks (the
 	// application's I/O proceeded unhooked each time).
@@ -82,6 +85,8 @@ func ReadStats() Stats {
 	s.CarriedRequests = counters.carried.Load()
 	s.StrippedRequests = counters.stripped.Load()
 	s.H2Conns = counters.h2conns.Load()
+	s.TLSConns = counters.tlsConns.Load()
+	s.TLSHandshakes = counters.tlsFaked.Load()
 	s.Failures = counters.failures.Load()
 	return s
 }

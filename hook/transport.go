@@ -74,9 +74,11 @@ func transportRoundTrip(t *http.Transport, req *http.Request) (*http.Response, e
 }
 
 // carry returns req, or a copy of it with the current trace in
-// TraceHeader. Only plain HTTP/1, and h2c in replay mode: over TLS the
-// Write hook sees ciphertext, and unencrypted HTTP/2 compresses headers,
-// so it could not strip it before a real server.
+// TraceHeader. Only HTTP/1: plain, or over TLS when crypto/tls is hooked
+// (the TLS Write hook strips it from the plaintext) and the transport
+// cannot negotiate HTTP/2, whose compressed headers no Write hook could
+// strip it from; and h2c in replay mode, where the mock reads each
+// stream's trace from it.
 // inBand reports that the request sent carries a trace in TraceHeader.
 func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request, inBand bool) {
 	defer func() {
@@ -85,7 +87,16 @@ func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request,
 			out, inBand = req, false
 		}
 	}()
-	if req == nil || req.URL == nil || req.URL.Scheme != "http" {
+	if req == nil || req.URL == nil {
+		return req, false
+	}
+	switch req.URL.Scheme {
+	case "http":
+	case "https":
+		if !e.tls || t == nil || mayHTTP2(t) {
+			return req, false
+		}
+	default:
 		return req, false
 	}
 	if t != nil && t.Protocols != nil && t.Protocols.UnencryptedHTTP2() && e.cfg.Mode != Replay {
@@ -111,4 +122,26 @@ func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request,
 	r2.Header = h
 	counters.carried.Add(1)
 	return r2, true
+}
+
+// mayHTTP2 reports whether t may speak HTTP/2 over TLS (net/http's
+// Transport.protocols, read without racing with its first request: the
+// case that reads TLSNextProto is one in which net/http never writes it).
+func mayHTTP2(t *http.Transport) bool {
+	if t.Protocols != nil {
+		return t.Protocols.HTTP2()
+	}
+	if t.ForceAttemptHTTP2 || (t.TLSClientConfig == nil && !customDial(t)) {
+		return true
+	}
+	_, h2 := t.TLSNextProto["h2"]
+	return h2
+}
+
+// customDial reports whether t has a dialer of its own, which (like a
+// TLS config) keeps net/http from enabling HTTP/2 by itself. Dial and
+// DialTLS are deprecated and still honoured.
+func customDial(t *http.Transport) bool {
+	//lint:ignore SA1019 net/http still honours the deprecated dialers
+	return t.Dial != nil || t.DialContext != nil || t.DialTLS != nil || t.DialTLSContext != nil
 }

@@ -1,6 +1,7 @@
 package hook_test
 
 import (
+	"crypto/tls"
 	"net"
 	"net/http"
 	"reflect"
@@ -9,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/agiledragon/gomonkey/v2/creflect"
 	"github.com/stretchr/testify/require"
 
 	"github.com/retrace-dev/retrace/hook"
@@ -29,6 +31,12 @@ func patchedFuncs() map[string]uintptr {
 	}
 	m, _ := reflect.TypeFor[*http.Transport]().MethodByName("RoundTrip")
 	pcs["Transport.RoundTrip"] = m.Func.Pointer()
+	for _, name := range []string{"Read", "Write"} {
+		m, _ := reflect.TypeFor[*tls.Conn]().MethodByName(name)
+		pcs["tls.Conn."+name] = m.Func.Pointer()
+	}
+	word, _ := creflect.MethodByName(reflect.TypeFor[*tls.Conn](), "handshakeContext")
+	pcs["tls.Conn.handshakeContext"] = *(*uintptr)(word)
 	return pcs
 }
 

@@ -53,6 +53,7 @@ type Stats struct {
 	// H2Conns counts accepted HTTP/2 connections whose streams were
 	// rewritten and bound one by one (replay mode).
 	H2Conns int64
+
 	TLSConns      int64 // TLS connections whose plaintext the TLS hooks followed
 	TLSHandshakes int64 // replay: TLS handshakes completed without TLS (redirected clients)
 

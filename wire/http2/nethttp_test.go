@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 x/net/http2/h2c is the one real server that still switches to HTTP/2 by Upgrade (net/http does not), the peer TestH2CUpgrade needs
+
 package http2_test
 
 import (

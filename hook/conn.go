@@ -170,7 +170,7 @@ func (e *engine) inboundRead(st *connState, c *netConn, b []byte) (int, error) {
 	record := e.cfg.Mode == Record
 	for {
 		n, err := e.rawRead(st, c, b)
-		if n > 0 && e.cfg.Mode == Replay {
+		if n > 0 {
 			if h := st.h2.Load(); h == nil || h.rw == nil && h != h2Not {
 				if h = e.h2Decide(st, b[:n]); h != h2Not {
 					return e.h2Read(h, st, c, b, n, err)
@@ -280,7 +280,8 @@ func (e *engine) recordCall(where string, f func()) {
 // outbound connections: the answer, read on another goroutine, can then
 // never be reported before the bytes it answers.
 func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) {
-	if h := st.h2.Load(); h != h2Not && e.cfg.Mode == Replay {
+	if e.cfg.Mode == Replay && st.h2.Load() != h2Not {
+		h := st.h2.Load()
 		if h == nil {
 			// The server writes before it has read anything: not HTTP/1,
 			// maybe HTTP/2 (grpc-go sends its SETTINGS first). Follow its

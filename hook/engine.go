@@ -138,6 +138,10 @@ type connState struct {
 	rmu     sync.Mutex // read side: rd, pending
 	rd      *stream    // inbound: the request parser
 	pending []byte     // parsed bytes that did not fit the reader's buffer
+	// h2 is an inbound connection's HTTP/2 state (h2.go): nil before its
+	// first read (or a provisional state of the server's early writes),
+	// h2Not once it is not HTTP/2. Next to rd: every inbound read loads it.
+	h2 atomic.Pointer[h2In]
 
 	cur atomic.Pointer[trace.Trace] // inbound: trace of the current request, nil for none
 	srv serving                     // inbound: the request being served, those waiting (serving.go)
@@ -150,7 +154,6 @@ type connState struct {
 	idx  uint32 // index of its entry in connTable.dense; 0 for none
 	info ConnInfo
 	dst  string
-	h2   atomic.Pointer[h2In] // inbound, replay: HTTP/2 state, h2Not when not HTTP/2, nil before the first read
 
 	tc    unsafe.Pointer            // the *tls.Conn of a TLS connection's state
 	tlsSt atomic.Pointer[connState] // the TLS connection over this one, if any

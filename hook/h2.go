@@ -2,7 +2,9 @@ package hook
 
 import (
 	"errors"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/retrace-dev/retrace/trace"
 	"github.com/retrace-dev/retrace/wire/http2/inband"
@@ -37,7 +39,11 @@ type h2Cut struct {
 	end    int // offset in out just after the block
 	stream uint32
 	tid    string
+	replay time.Time // retrace-replay-time, zero when absent
 }
+
+// replayTimeField is Retrace-Replay-Time as an HTTP/2 field.
+const replayTimeField = "retrace-replay-time"
 
 // h2Not marks a connection that is not HTTP/2 (st.h2 is decided on the
 // first read).
@@ -49,6 +55,14 @@ var h2Not = &h2In{}
 // than its first four bytes ("PRI ") is taken for HTTP/1.
 func (e *engine) h2Decide(st *connState, first []byte) *h2In {
 	const pri = "PRI "
+	if e.cfg.Mode == Record && len(first) >= len(pri) && string(first[:len(pri)]) == pri {
+		// Capture files one call at a time per connection; the streams of
+		// an HTTP/2 connection are not recorded yet.
+		counters.h2unrecorded.Add(1)
+		e.reportOnce("h2-inbound-unrecorded", "inbound HTTP/2 connections (gRPC, h2c) are not recorded yet; counted in ReadStats().H2Unrecorded", "conn", st.info.Remote)
+		st.h2.Store(h2Not)
+		return h2Not
+	}
 	if len(first) < len(pri) || string(first[:len(pri)]) != pri {
 		if !st.h2.CompareAndSwap(nil, h2Not) {
 			st.h2.Store(h2Not) // a provisional state of early writes
@@ -129,7 +143,17 @@ func (e *engine) h2Feed(h *h2In, p []byte) (err error) {
 			e.reportOnce("bad-trace-id", "ignored a retrace-trace-id that is not a valid trace id", "value", tid)
 			tid = ""
 		}
-		h.cuts = append(h.cuts, h2Cut{end: base + bl.End, stream: bl.Stream, tid: tid})
+		cut := h2Cut{end: base + bl.End, stream: bl.Stream, tid: tid}
+		for _, f := range bl.Removed {
+			if f.Name == replayTimeField && tid != "" {
+				if ns, err := strconv.ParseInt(f.Value, 10, 64); err == nil && ns > 0 {
+					cut.replay = time.Unix(0, ns)
+				} else {
+					e.reportOnce("bad-replay-time", "ignored a retrace-replay-time that is not unix nanoseconds", "value", f.Value)
+				}
+			}
+		}
+		h.cuts = append(h.cuts, cut)
 	}
 	return nil
 }
@@ -138,6 +162,11 @@ func (e *engine) h2Feed(h *h2In, p []byte) (err error) {
 // cut, where the stream that opens there is bound to the reading
 // goroutine.
 func (e *engine) h2Serve(h *h2In, b []byte) int {
+	if len(h.cuts) == 0 {
+		k := copy(b, h.out)
+		h.out = h.out[k:]
+		return k
+	}
 	limit := len(h.out)
 	if len(h.cuts) > 0 {
 		limit = h.cuts[0].end
@@ -154,11 +183,15 @@ func (e *engine) h2Serve(h *h2In, b []byte) int {
 		cut := h.cuts[0]
 		h.cuts = h.cuts[1:]
 		counters.requests.Add(1)
-		t := &trace.Trace{ID: cut.tid} // an empty id: bound to no trace
+		t := &trace.Trace{ID: cut.tid, ReplayTime: cut.replay, Arrived: e.now()} // an empty id: bound to no trace
 		if cut.tid != "" {
 			counters.traced.Add(1)
 		}
 		rel := trace.Bind(t)
+		counters.bound.Add(1)
+		if !cut.replay.IsZero() {
+			rel = withReplayClock(rel)
+		}
 		h.mu.Lock()
 		if prev := h.bindings[cut.stream]; prev != nil {
 			prev()

@@ -108,3 +108,72 @@ func TestReplayGRPCBothWays(t *testing.T) {
 		t.Fatalf("%d HTTP/2 connections rewritten", st.H2Conns-h2Before)
 	}
 }
+
+// TestRecordCountsInboundHTTP2: record mode cannot record an inbound
+// HTTP/2 connection yet; it counts it and the server works as without the
+// agent.
+func TestRecordCountsInboundHTTP2(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := hook.ReadStats().H2Unrecorded
+	install(t, hook.Config{Mode: hook.Record, Recorder: &writeRecorder{}})
+	grpctest.Serve(t, l)
+	cc, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := grpctest.Exercise(ctx, cc, "rec"); err != nil {
+		t.Fatal(err)
+	}
+	if got := hook.ReadStats().H2Unrecorded - before; got != 1 {
+		t.Fatalf("%d inbound HTTP/2 connections counted", got)
+	}
+}
+
+// TestReplayTimeOnStreams: a stream's retrace-replay-time sets the clock
+// its handler sees, as Retrace-Replay-Time does for HTTP/1.
+func TestReplayTimeOnStreams(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := time.Date(2026, 11, 29, 10, 15, 23, 0, time.UTC)
+	var mu sync.Mutex
+	var seen []time.Time
+	svc := &grpctest.Service{OnCall: func(metadata.MD) {
+		mu.Lock()
+		seen = append(seen, time.Now())
+		mu.Unlock()
+	}}
+	install(t, hook.Config{Mode: hook.Replay, MockAddr: "127.0.0.1:1", Passthrough: []string{l.Addr().String()}, NoGRPC: false})
+	grpctest.ServeService(t, l, svc)
+	cc, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	func() {
+		defer trace.Bind(&trace.Trace{ID: "clock-1"})()
+		c := metadata.AppendToOutgoingContext(ctx, "retrace-replay-time", fmt.Sprint(recorded.UnixNano()))
+		if _, err := grpctest.Exercise(c, cc, "clock"); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 4 {
+		t.Fatalf("%d calls", len(seen))
+	}
+	for _, s := range seen {
+		if d := s.Sub(recorded); d < 0 || d > 10*time.Second {
+			t.Fatalf("a handler saw %v, recorded %v", s, recorded)
+		}
+	}
+}

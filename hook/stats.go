@@ -14,7 +14,7 @@ var counters struct {
 	requests, traced, bound, framed, stripped, carried stripe.Counter
 
 	conns, preambles, redirected, failures, pipelined atomic.Int64
-	h2conns                                           atomic.Int64
+	h2conns, h2unrecorded                             atomic.Int64
 	tlsConns, tlsFaked                                atomic.Int64
 }
 
@@ -53,6 +53,9 @@ type Stats struct {
 	// H2Conns counts accepted HTTP/2 connections whose streams were
 	// rewritten and bound one by one (replay mode).
 	H2Conns int64
+	// H2Unrecorded counts accepted HTTP/2 connections record mode could
+	// not record (logged once).
+	H2Unrecorded int64
 
 	TLSConns      int64 // TLS connections whose plaintext the TLS hooks followed
 	TLSHandshakes int64 // replay: TLS handshakes completed without TLS (redirected clients)
@@ -86,6 +89,7 @@ func ReadStats() Stats {
 	s.CarriedRequests = counters.carried.Load()
 	s.StrippedRequests = counters.stripped.Load()
 	s.H2Conns = counters.h2conns.Load()
+	s.H2Unrecorded = counters.h2unrecorded.Load()
 	s.TLSConns = counters.tlsConns.Load()
 	s.TLSHandshakes = counters.tlsFaked.Load()
 	s.Failures = counters.failures.Load()

@@ -92,9 +92,15 @@ func detectRequestLine(b []byte) wire.Verdict {
 	return wire.Sure
 }
 
-func isTChar(c byte) bool {
-	return c > ' ' && c < 0x7f && strings.IndexByte("()<>@,;:\\\"/[]?={}", c) < 0
-}
+func isTChar(c byte) bool { return tchar[c] }
+
+// tchar marks the bytes of an HTTP token (RFC 9110 5.6.2).
+var tchar = func() (t [256]bool) {
+	for c := '!'; c < 0x7f; c++ {
+		t[c] = strings.IndexByte("()<>@,;:\\\"/[]?={}", byte(c)) < 0
+	}
+	return t
+}()
 
 func (protocol) NewFramer(side wire.Side, limit int) wire.Framer {
 	return &framer{side: side, limit: limit}

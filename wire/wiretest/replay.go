@@ -206,17 +206,19 @@ func serve(t *testing.T, ln net.Listener, sc Scenario, traces int, hdr func(i in
 	})}
 	var wg sync.WaitGroup
 	wg.Go(func() { sut.Serve(ln) })
-	got := drive(t, ln.Addr().String(), traces, hdr)
+	got := Drive(t, ln.Addr().String(), traces, hdr)
 	sut.Close()
 	wg.Wait()
 	c.Close()
 	return got
 }
 
-// drive sends request i with the extra header hdr(i) from traces
-// concurrent clients and returns the bodies. It fails the test when the
+// Drive sends GET /work?i=N, for N below traces, with the extra header
+// line hdr(N) (written past the agent's hooks, so a Retrace-Trace-Id
+// reaches the service) from traces concurrent clients, and returns the
+// bodies, or what went wrong, in order. It fails the test when the
 // requests take more than a minute (a replay that hangs).
-func drive(t *testing.T, addr string, traces int, hdr func(i int) string) []string {
+func Drive(t *testing.T, addr string, traces int, hdr func(i int) string) []string {
 	got := make([]string, traces)
 	done := make(chan struct{})
 	go func() {

@@ -46,7 +46,7 @@ func run(args []string) error {
 		return err
 	}
 	srv, err := orders.NewServer(orders.Config{MySQLDSN: *dsn, RedisAddr: *redisAddr, RedisPrefix: *prefix,
-		PricingURL: *pricingURL, PricingCA: *pricingCA, Variant: *variant, MaxDBConns: env.MaxDBConns, Timeout: env.Timeout})
+		PricingURL: *pricingURL, PricingCA: *pricingCA, Variant: *variant})
 	if err != nil {
 		return err
 	}

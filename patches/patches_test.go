@@ -114,7 +114,7 @@ func TestInitFromEnvironment(t *testing.T) {
 	require.Equal(t, 1, strings.Count(errOut, "retrace: agent off"), errOut)
 
 	out, errOut = run("RETRACE_MODE=replay", "RETRACE_MOCK_ADDR=127.0.0.1:9")
-	require.Contains(t, out, "mode=replay patched=6")
+	require.Contains(t, out, "mode=replay patched=9")
 	require.NotContains(t, errOut, "retrace:")
 
 	out, _ = run("RETRACE_MODE=")
@@ -124,7 +124,7 @@ func TestInitFromEnvironment(t *testing.T) {
 		// Record mode: conn Read/Write/Close and the HTTP transport; no
 		// connect redirection, no clock.
 		out, errOut = run("RETRACE_MODE=record", "RETRACE_RECORD="+t.TempDir())
-		require.Contains(t, out, "mode=record patched=4")
+		require.Contains(t, out, "mode=record patched=7")
 		require.NotContains(t, out, "err=")
 		require.NotContains(t, out, "stop=")
 		require.NotContains(t, errOut, "retrace: agent off")

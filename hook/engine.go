@@ -41,6 +41,7 @@ type engine struct {
 
 	conns    connTable
 	connects pendingConnects
+	tlsOther sync.Map // TLS connections over other net.Conns (otherTLSState), by address
 	nextID   atomic.Uint64
 	reported sync.Map // report keys already logged
 }
@@ -567,4 +568,9 @@ func (e *engine) shutdown() {
 	for _, st := range e.conns.drain() {
 		e.forget(st)
 	}
+	e.tlsOther.Range(func(k, v any) bool {
+		e.tlsOther.Delete(k)
+		e.forget(v.(*connState))
+		return true
+	})
 }

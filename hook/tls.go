@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -84,8 +85,7 @@ func (e *engine) tlsConnState(c *tls.Conn) (st *connState, bypass bool) {
 	}
 	fd := underlayFD(c.NetConn())
 	if fd == nil {
-		e.debugOnce("tls-other-conn", "a TLS connection over a net.Conn that is not a TCP or Unix connection is not followed")
-		return nil, false
+		return e.otherTLSState(c), false
 	}
 	ent, _ := e.conns.entry(fd)
 	ust := e.state(fd, ent)
@@ -116,11 +116,7 @@ func (e *engine) newTLSState(ust *connState, c *tls.Conn) *connState {
 	if d := ust.info.Data.Load(); d != nil {
 		st.info.Data.Store(d)
 	}
-	if st.inbound {
-		st.rd = newStream(false, e.cfg.noPath, func(h trace.RequestHead) string { return e.startRequest(st, &h) })
-	} else {
-		st.wr = newStream(true, true, inBandTrace)
-	}
+	e.initStreams(st)
 	if old := ust.tlsSt.Swap(st); old != nil {
 		e.forget(old) // a new TLS session over the same connection
 	}
@@ -128,6 +124,54 @@ func (e *engine) newTLSState(ust *connState, c *tls.Conn) *connState {
 	ust.broken.Store(true)
 	counters.tlsConns.Add(1)
 	return st
+}
+
+// otherTLSState returns the state of a TLS connection over a net.Conn
+// that is not one the net hooks patch (a wrapped or in-memory
+// connection), made on first sight and dropped when c is collected: its
+// plaintext is followed as any TLS connection's (so an in-band trace
+// header is stripped), but the bytes under it, if they reach a TCP
+// connection through the wrapper, are that connection's own.
+func (e *engine) otherTLSState(c *tls.Conn) *connState {
+	key := uintptr(unsafe.Pointer(c))
+	if v, ok := e.tlsOther.Load(key); ok {
+		return v.(*connState)
+	}
+	st := &connState{key: key, inbound: !tlsLayoutP.Load().client(unsafe.Pointer(c)), tls: true, tc: unsafe.Pointer(c)}
+	st.gen = e.nextID.Add(1)
+	st.info.ID, st.info.Inbound = st.gen, st.inbound
+	if a := c.LocalAddr(); a != nil {
+		st.info.Local = a.String()
+	}
+	if a := c.RemoteAddr(); a != nil {
+		st.info.Remote = a.String()
+	}
+	e.initStreams(st)
+	if v, loaded := e.tlsOther.LoadOrStore(key, st); loaded {
+		return v.(*connState)
+	}
+	counters.tlsConns.Add(1)
+	runtime.AddCleanup(c, e.otherTLSCollected, cleanupKey{key, st.gen})
+	e.debugOnce("tls-other-conn", "a TLS connection over a net.Conn that is not a TCP or Unix connection: its plaintext is followed, the bytes under it are its net.Conn's")
+	return st
+}
+
+// otherTLSCollected forgets the state of a TLS connection of otherTLSState
+// whose tls.Conn was collected.
+func (e *engine) otherTLSCollected(k cleanupKey) {
+	if v, ok := e.tlsOther.Load(k.key); ok && v.(*connState).gen == k.gen {
+		e.tlsOther.Delete(k.key)
+		e.forget(v.(*connState))
+	}
+}
+
+// initStreams gives a new state the stream of its direction.
+func (e *engine) initStreams(st *connState) {
+	if st.inbound {
+		st.rd = newStream(false, e.cfg.noPath, func(h trace.RequestHead) string { return e.startRequest(st, &h) })
+	} else {
+		st.wr = newStream(true, true, inBandTrace)
+	}
 }
 
 // tlsStatePanic makes tlsConnState panic (tests of failing open).

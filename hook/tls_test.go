@@ -1,11 +1,15 @@
 package hook_test
 
 import (
+	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
@@ -203,4 +207,50 @@ func TestTLSMutualResumedAndH2(t *testing.T) {
 	cfg.NextProtos = nil
 	require.Equal(t, "HTTP/2.0", get(cfg, true))
 	require.Contains(t, logs.String(), "negotiated HTTP/2 (ALPN h2)")
+}
+
+// wrapped is a net.Conn the hooks do not patch, around one they do.
+type wrapped struct{ net.Conn }
+
+// TestTLSOverWrappedConn: a TLS connection over a net.Conn of the
+// application's own (a dialer that wraps its connections) is followed in
+// plaintext too, so the in-band trace of an HTTPS request is stripped
+// before it reaches the server and charged to its request.
+func TestTLSOverWrappedConn(t *testing.T) {
+	ca := certtest.New(t)
+	srv := httptest.NewUnstartedServer(agenttest.EchoHandler())
+	srv.TLS = ca.ServerConfig(t)
+	srv.StartTLS()
+	defer srv.Close()
+	rec := &tlsRecorder{}
+	install(t, hook.Config{Mode: hook.Record, Recorder: rec, Logger: discardLogger()})
+	d := &net.Dialer{}
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: ca.ClientConfig(),
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return wrapped{nc}, nil
+		}}}
+	defer c.CloseIdleConnections()
+	const tid = "rt00000000000000bb"
+	release := trace.Bind(&trace.Trace{ID: tid})
+	resp, err := c.Get(srv.URL + "/x")
+	release()
+	require.NoError(t, err)
+	var er agenttest.EchoReply
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&er))
+	resp.Body.Close()
+	require.Empty(t, er.Headers.Values(hook.TraceHeader), "the in-band trace reached the server")
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var mine int
+	for _, w := range rec.writes {
+		if w.tid == tid && strings.Contains(w.p, "GET /x HTTP/1.1") {
+			mine++
+			require.NotContains(t, w.p, hook.TraceHeader)
+		}
+	}
+	require.Equal(t, 1, mine, "the request's plaintext, charged to its trace")
 }

@@ -93,7 +93,9 @@ func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request,
 	switch req.URL.Scheme {
 	case "http":
 	case "https":
-		if !e.tls || t == nil || mayHTTP2(t) {
+		// not with a TLS dialer of the transport's own: its TLS may not be
+		// crypto/tls, whose Write hook strips the header
+		if !e.tls || t == nil || tlsDialer(t) || mayHTTP2(t) {
 			return req, false
 		}
 	default:
@@ -136,6 +138,12 @@ func mayHTTP2(t *http.Transport) bool {
 	}
 	_, h2 := t.TLSNextProto["h2"]
 	return h2
+}
+
+// tlsDialer reports whether t dials TLS connections itself.
+func tlsDialer(t *http.Transport) bool {
+	//lint:ignore SA1019 net/http still honours the deprecated dialer
+	return t.DialTLSContext != nil || t.DialTLS != nil
 }
 
 // customDial reports whether t has a dialer of its own, which (like a

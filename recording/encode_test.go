@@ -67,7 +67,8 @@ func FuzzMarshalMatchesEncodingJSON(f *testing.F) {
 		tl := TLS{On: n%2 == 0, ServerName: app, ALPN: id, Note: string(req)}
 		s := &Session{ID: id, App: app, At: time.Unix(0, n).UTC(),
 			Inbound: Inbound{Proto: app, Local: id, Request: req, Response: resp, StartNs: n, TLS: tl},
-			Calls:   []Call{{Seq: int(n % 100), Proto: id, Dst: app, Conn: n, Request: resp, Response: req, DurNs: n, Decoded: app, TLS: tl}}}
+			Calls: []Call{{Seq: int(n % 100), Proto: id, Dst: app, Conn: n, Request: resp, Response: req, DurNs: n,
+				Decoded: app, TLS: tl}}}
 		sameJSON(t, s)
 	})
 }

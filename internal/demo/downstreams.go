@@ -21,6 +21,9 @@ import (
 // empty fields pick free loopback ports.
 type DownstreamAddrs struct {
 	MySQL, Redis, Pricing string
+	// CAFile is where the PEM certificate of the CA that signed the
+	// pricing service's certificate is written; empty: a temporary file.
+	CAFile string
 }
 
 // Downstreams are the orders example's three downstreams, embedded in this
@@ -71,12 +74,16 @@ func StartDownstreams(ctx context.Context, a DownstreamAddrs) (_ *Downstreams, e
 	if err != nil {
 		return nil, err
 	}
-	if d.caDir, err = os.MkdirTemp("", "retrace-demo-ca-"); err != nil {
-		return nil, err
-	}
-	caFile, err := ca.WritePEM(d.caDir)
-	if err != nil {
-		return nil, err
+	caFile := a.CAFile
+	if caFile == "" {
+		if d.caDir, err = os.MkdirTemp("", "retrace-demo-ca-"); err != nil {
+			return nil, err
+		}
+		if caFile, err = ca.WritePEM(d.caDir); err != nil {
+			return nil, err
+		}
+	} else if err := os.WriteFile(caFile, ca.PEM(), 0o644); err != nil {
+		return nil, fmt.Errorf("demo: pricing CA: %w", err)
 	}
 	d.pricing = &httpService{addr: a.Pricing, h: pricing.NewHandler(), tls: &tls.Config{Certificates: []tls.Certificate{cert}}}
 	if err := d.pricing.restart(); err != nil {

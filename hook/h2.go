@@ -29,6 +29,8 @@ type h2In struct {
 	out  []byte  // rewritten bytes the application has not read
 	cuts []h2Cut // in out, in order
 	err  error   // of the read that filled out, returned once out is read
+	// prefaceOut: the Rewriter has passed the client preface.
+	prefaceOut bool
 
 	mu       sync.Mutex // bindings, written by the read and the write side
 	bindings map[uint32]func()
@@ -134,6 +136,23 @@ func (e *engine) h2Feed(h *h2In, p []byte) (err error) {
 	}
 	base := len(h.out)
 	h.out = append(h.out, out...)
+	// A stream the client resets ends there: the server may write nothing
+	// more on it. The Rewriter's output is whole frames, after the preface.
+	frames := out
+	if !h.prefaceOut {
+		frames = frames[min(len(frames), len(inband.ClientPreface)):]
+		h.prefaceOut = len(out) > 0
+	}
+	if resets := clientResets(frames); resets != nil {
+		h.mu.Lock()
+		for _, id := range resets {
+			if rel := h.bindings[id]; rel != nil {
+				delete(h.bindings, id)
+				rel()
+			}
+		}
+		h.mu.Unlock()
+	}
 	for _, bl := range blocks {
 		if !bl.Opens {
 			continue
@@ -238,6 +257,23 @@ func (h *h2In) closed() {
 	for _, rel := range rels {
 		rel()
 	}
+}
+
+// clientResets returns the streams RST_STREAM frames in b reset; b holds
+// whole frames.
+func clientResets(b []byte) []uint32 {
+	var ids []uint32
+	for len(b) >= 9 {
+		n := 9 + (int(b[0])<<16 | int(b[1])<<8 | int(b[2]))
+		if b[3] == 0x3 { // RST_STREAM
+			ids = append(ids, (uint32(b[5])<<24|uint32(b[6])<<16|uint32(b[7])<<8|uint32(b[8]))&(1<<31-1))
+		}
+		if n > len(b) {
+			break
+		}
+		b = b[n:]
+	}
+	return ids
 }
 
 // h2FrameWalk finds frame headers in a direction fed in any split.

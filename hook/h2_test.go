@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/retrace-dev/retrace/hook"
@@ -175,5 +176,56 @@ func TestReplayTimeOnStreams(t *testing.T) {
 		if d := s.Sub(recorded); d < 0 || d > 10*time.Second {
 			t.Fatalf("a handler saw %v, recorded %v", s, recorded)
 		}
+	}
+}
+
+// TestReplayStreamBindingsEnd: every stream's binding ends, whether the
+// server finished the stream or the client cancelled it: no binding is
+// left once the calls are over, while the connection stays open.
+func TestReplayStreamBindingsEnd(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := make(chan struct{})
+	defer close(block)
+	svc := &grpctest.Service{OnCall: func(md metadata.MD) {
+		if md.Get("x-trace")[0] == "cancel" {
+			<-block // until the test ends: the client cancels first
+		}
+	}}
+	install(t, hook.Config{Mode: hook.Replay, MockAddr: "127.0.0.1:1", Passthrough: []string{l.Addr().String()}, NoClock: true})
+	grpctest.ServeService(t, l, svc)
+	cc, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	bound := trace.Bound()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 8 {
+		func() {
+			defer trace.Bind(&trace.Trace{ID: fmt.Sprintf("end-%d", i)})()
+			if _, err := grpctest.Exercise(ctx, cc, "done"); err != nil {
+				t.Fatal(err)
+			}
+			// Cancelled, not timed out: the server learns of it only from
+			// the client's RST_STREAM, and its handler writes nothing.
+			c, cancelCall := context.WithCancel(context.Background())
+			defer cancelCall()
+			time.AfterFunc(50*time.Millisecond, cancelCall)
+			c = metadata.AppendToOutgoingContext(c, "x-trace", "cancel")
+			if _, err := testpb.NewTestServiceClient(cc).UnaryCall(c, &testpb.SimpleRequest{}); err == nil {
+				t.Fatal("a blocked call answered")
+			}
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for trace.Bound() != bound && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := trace.Bound(); got != bound {
+		t.Fatalf("%d bindings left, %d before the calls", got, bound)
 	}
 }

@@ -13,8 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
-
-	"github.com/agiledragon/gomonkey/v2/creflect"
 )
 
 // How the TLS hooks call "the original" (see tlsLayout): the patched
@@ -145,23 +143,27 @@ func findTLSLayout() (*tlsLayout, error) {
 		return nil, fmt.Errorf("%w: %w", ErrUnsupported, err)
 	}
 	pt := reflect.PointerTo(ct)
-	exported := func(t *target, name string) error {
-		m, ok := pt.MethodByName(name)
+	// MethodByName with constant names only, and methodWord for the
+	// unexported ones: a name the linker cannot see makes it keep every
+	// exported method in the program (see methodWord).
+	exported := func(t *target, name string, m reflect.Method, ok bool) error {
 		if !ok {
 			return fmt.Errorf("%w: *tls.Conn has no method %s", ErrUnsupported, name)
 		}
 		*t = target{name: "crypto/tls.(*Conn)." + name, word: codeWord(m.Func), typ: m.Func.Type()}
 		return nil
 	}
-	if err := exported(&l.read, "Read"); err != nil {
+	mr, okr := pt.MethodByName("Read")
+	if err := exported(&l.read, "Read", mr, okr); err != nil {
 		return nil, err
 	}
-	if err := exported(&l.write, "Write"); err != nil {
+	mw, okw := pt.MethodByName("Write")
+	if err := exported(&l.write, "Write", mw, okw); err != nil {
 		return nil, err
 	}
 	unexported := func(t reflect.Type, tn, name string) (unsafe.Pointer, error) {
-		word, ok := creflect.MethodByName(t, name)
-		if !ok || word == nil {
+		word := methodWord(t, name)
+		if word == nil {
 			return nil, fmt.Errorf("%w: %s.%s not found through reflect", ErrUnsupported, tn, name)
 		}
 		if err := checkName(target{name: tn + "." + name, word: word}); err != nil {

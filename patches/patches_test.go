@@ -14,7 +14,13 @@ import (
 	"github.com/retrace-dev/retrace/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "serve" {
+		serveChild() // a service with the agent started by init from the environment
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func env(kv map[string]string) func(string) string {
 	return func(k string) string { return kv[k] }
@@ -114,9 +120,9 @@ func TestInitFromEnvironment(t *testing.T) {
 	require.Equal(t, 1, strings.Count(errOut, "retrace: agent off"), errOut)
 
 	out, errOut = run("RETRACE_MODE=replay", "RETRACE_MOCK_ADDR=127.0.0.1:9")
-	// 6, the TLS hooks (3) and grpc-go's two (this binary links grpc-go,
-	// through gocloud.dev's object storage).
-	require.Contains(t, out, "mode=replay patched=11")
+	// 6 and the TLS hooks (3); grpc-go's are made only in a program that
+	// links grpc-go, which this test binary does not.
+	require.Contains(t, out, "mode=replay patched=9")
 	require.NotContains(t, errOut, "retrace:")
 
 	out, _ = run("RETRACE_MODE=")
@@ -124,10 +130,9 @@ func TestInitFromEnvironment(t *testing.T) {
 
 	if recorderFactory != nil {
 		// Record mode: conn Read/Write/Close and the HTTP transport, the
-		// TLS hooks, grpc-go's reads; no connect redirection, no clock, no
-		// in-band gRPC trace.
+		// TLS hooks; no connect redirection, no clock.
 		out, errOut = run("RETRACE_MODE=record", "RETRACE_RECORD="+t.TempDir())
-		require.Contains(t, out, "mode=record patched=8")
+		require.Contains(t, out, "mode=record patched=7")
 		require.NotContains(t, out, "err=")
 		require.NotContains(t, out, "stop=")
 		require.NotContains(t, errOut, "retrace: agent off")

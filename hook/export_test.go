@@ -43,3 +43,15 @@ func ForceTLSPanic(t testing.TB) {
 	tlsStatePanic.Store(true)
 	t.Cleanup(func() { tlsStatePanic.Store(false) })
 }
+
+// RandomFuncs returns the code addresses of the functions RandomAll
+// patches.
+func RandomFuncs() map[string]uintptr {
+	out := map[string]uintptr{}
+	mt, _ := mathTargets()
+	ct, _ := cryptoTargets()
+	for _, t := range append(mt, ct...) {
+		out[t.name] = *(*uintptr)(t.word)
+	}
+	return out
+}

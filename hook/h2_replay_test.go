@@ -155,16 +155,16 @@ func (c *tappedConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// recorded is the downstream's exchanges by trace (x-trace) and path, in
+// h2Recorded is the downstream's exchanges by trace (x-trace) and path, in
 // stream order.
-type recorded struct {
+type h2Recorded struct {
 	mu   sync.Mutex
 	left map[string][]*http2.Exchange
 	errs []error
 }
 
-func recordedOf(t *testing.T, l *tapped) *recorded {
-	r := &recorded{left: map[string][]*http2.Exchange{}}
+func recordedOf(t *testing.T, l *tapped) *h2Recorded {
+	r := &h2Recorded{left: map[string][]*http2.Exchange{}}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, log := range l.log {
@@ -192,7 +192,7 @@ func recordedOf(t *testing.T, l *tapped) *recorded {
 	return r
 }
 
-func (r *recorded) take(h []hpack.HeaderField) (*http2.Exchange, error) {
+func (r *h2Recorded) take(h []hpack.HeaderField) (*http2.Exchange, error) {
 	tid, _ := http2.Get(h, http2.TraceField)
 	tag, _ := http2.Get(h, "x-trace")
 	path, _ := http2.Get(h, ":path")
@@ -222,7 +222,7 @@ func (r *recorded) take(h []hpack.HeaderField) (*http2.Exchange, error) {
 // for HTTP/2: each redirected connection's frames are unwrapped and fed
 // to a wire/http2 ServerConn, whose streams are answered, each from its
 // own in-band trace's recording, at the recording's pace.
-func frameMock(t *testing.T, rec *recorded) string {
+func frameMock(t *testing.T, rec *h2Recorded) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -252,7 +252,7 @@ func frameMock(t *testing.T, rec *recorded) string {
 	return l.Addr().String()
 }
 
-func serveFrames(c net.Conn, rec *recorded) error {
+func serveFrames(c net.Conn, rec *h2Recorded) error {
 	fr := trace.NewFrameReader(c, 0)
 	sc := http2.NewServerConn(http2.ServerConfig{})
 	type playing struct {

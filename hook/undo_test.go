@@ -18,7 +18,7 @@ import (
 )
 
 // patchedFuncs returns the code addresses of the functions replay mode
-// patches.
+// patches with RETRACE_RANDOM=all.
 func patchedFuncs() map[string]uintptr {
 	conn := reflect.PointerTo(reflect.TypeFor[net.TCPConn]().Field(0).Type)
 	pcs := map[string]uintptr{
@@ -37,6 +37,9 @@ func patchedFuncs() map[string]uintptr {
 	}
 	word, _ := creflect.MethodByName(reflect.TypeFor[*tls.Conn](), "handshakeContext")
 	pcs["tls.Conn.handshakeContext"] = *(*uintptr)(word)
+	for name, pc := range hook.RandomFuncs() {
+		pcs[name] = pc
+	}
 	return pcs
 }
 
@@ -74,7 +77,7 @@ func TestUndoRestores(t *testing.T) {
 	require.Equal(t, orig, snapshot(), "mode off patched something")
 	undo()
 
-	undo, err = hook.Install(hook.Config{Mode: hook.Replay, MockAddr: "127.0.0.1:9", Passthrough: []string{line.Addr}, NoGRPC: true})
+	undo, err = hook.Install(hook.Config{Mode: hook.Replay, MockAddr: "127.0.0.1:9", Passthrough: []string{line.Addr}, NoGRPC: true, Random: hook.RandomAll})
 	require.NoError(t, err)
 	_, err = hook.Install(hook.Config{Mode: hook.Replay})
 	require.ErrorIs(t, err, hook.ErrInstalled)

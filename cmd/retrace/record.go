@@ -40,10 +40,13 @@ func runRecordings(ctx context.Context, p *proc, args []string) error {
 	if modes > 1 {
 		return usageError("--list, --id, --trace and --copy exclude each other")
 	}
+	if err := existingSource(fs.Arg(0)); err != nil {
+		return err
+	}
 	var skipped []error
 	src, err := recording.Open(ctx, fs.Arg(0), recording.WithErrorHandler(func(err error) { skipped = append(skipped, err) }))
 	if err != nil {
-		return err
+		return usageError("%s: %v", fs.Arg(0), err)
 	}
 	defer src.Close()
 	defer func() {

@@ -87,7 +87,8 @@ func TestRecordingsCommandErrors(t *testing.T) {
 		{"no source", nil, 2, "want one recordings source"},
 		{"two modes", []string{"--list", "--id", "x", dir}, 2, "exclude each other"},
 		{"unknown id", []string{"--id", "zz", dir}, 1, `session not found: id "zz"`},
-		{"bad store", []string{"nosuch://x"}, 1, "nosuch"},
+		{"bad store", []string{"nosuch://x"}, 2, "nosuch"},
+		{"missing directory", []string{filepath.Join(dir, "nope")}, 2, "nope"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

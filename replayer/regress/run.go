@@ -33,6 +33,10 @@ type Config struct {
 	Baseline string
 	// BaselineMockAdmin is the baseline's mock server; empty: MockAdmin.
 	BaselineMockAdmin string
+	// MockAdminToken is sent to the mock admin APIs as "Authorization:
+	// Bearer TOKEN" (a mock server started with an admin token); empty:
+	// none.
+	MockAdminToken string
 	// Concurrency is the number of sessions in flight (and connections
 	// per target). Zero: 8.
 	Concurrency int
@@ -131,7 +135,7 @@ func newSide(name, targetURL, adminURL string, cfg *Config) (*side, error) {
 	t.tlsConfig = cfg.TLS
 	s := &side{name: name, target: t}
 	if adminURL != "" {
-		if s.admin, err = newAdmin(adminURL, cfg.Concurrency, cfg.Timeout); err != nil {
+		if s.admin, err = newAdmin(adminURL, cfg.MockAdminToken, cfg.Concurrency, cfg.Timeout); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 	}
@@ -304,7 +308,7 @@ func (r *runner) replay(ctx context.Context, w *worker, sd *side, s *recording.S
 	if s.At.IsZero() {
 		at = 0
 	}
-	a.resp, a.err = w.client(sd, r.cfg.Timeout).do(ctx, s.Inbound.Request, a.trace, at)
+	a.resp, a.err = w.client(sd, r.cfg.Timeout).do(ctx, s.Inbound.Request, a.trace, replayed{time: at, random: s.Random})
 	if sd.admin != nil {
 		rep, err := sd.admin.report(ctx, a.trace)
 		if err != nil && a.err == nil {
@@ -391,6 +395,10 @@ func (r *runner) judge(api string, s *recording.Session, rec *http1.ParsedRespon
 	}
 	if a.report == nil {
 		return out, nil
+	}
+	for _, d := range a.report.Random {
+		out = append(out, Finding{Where: InRandom, Difference: diff.Difference{
+			Path: fmt.Sprintf("%s[%d]", d.Source, d.Draw), Kind: diff.Added, Note: "randomness diverged: " + d.Reason}})
 	}
 	fs, calls := downstream(r.cfg.Rules, api, s, a.report)
 	return append(out, fs...), calls

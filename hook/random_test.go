@@ -445,3 +445,20 @@ func BenchmarkRandomHandler(b *testing.B) {
 	b.ReportMetric(math, "ns/req-math")
 	b.ReportMetric(math/off, "math/off")
 }
+
+// TestRandomFailsOpen: a panic inside a random double (here, in the
+// divergence callback) is recovered and counted, and the draw gets real
+// randomness: the application never sees it.
+func TestRandomFailsOpen(t *testing.T) {
+	install(t, hook.Config{Mode: hook.Record, Recorder: &randomRecorder{}, Random: hook.RandomAll, Logger: discardLogger()})
+	r := trace.NewReplayRandom(&trace.ReplaySeed{Seed: 1, Draws: &[2]uint64{0, 0}}, nil, true)
+	r.OnDiverge = func(string, trace.Divergence) { panic("boom") }
+	defer trace.Bind(&trace.Trace{ID: "p", Random: r})()
+	before := hook.ReadStats().Failures
+	var b [8]byte
+	_, err := crand.Read(b[:])
+	require.NoError(t, err)
+	require.NotEqual(t, [8]byte{}, b)
+	require.NotEqual(t, mrand2.Uint64(), mrand2.Uint64())
+	require.EqualValues(t, 2, hook.ReadStats().Failures-before, "one per source")
+}

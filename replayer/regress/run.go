@@ -224,6 +224,9 @@ func runPool[T any](ctx context.Context, r *runner, pick func(*recording.Session
 			w := &worker{clients: map[*side]*client{}}
 			defer w.close()
 			for j := range jobs {
+				if ctx.Err() != nil {
+					continue // stopped: a job not begun is no result (the run says it is incomplete)
+				}
 				outs <- do(ctx, w, j)
 			}
 		}()

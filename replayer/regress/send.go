@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
 )
 
 // Header names of DESIGN.md 3.2.

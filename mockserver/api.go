@@ -1,6 +1,9 @@
 package mockserver
 
-import "github.com/retrace-dev/retrace/recording"
+import (
+	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/trace"
+)
 
 // The admin API (HTTP, JSON) of the mock server. These types are its wire
 // contract with the replayer; fields are only ever added.
@@ -11,9 +14,13 @@ import "github.com/retrace-dev/retrace/recording"
 //	DELETE /traces/{trace}            forget what was observed for a trace (and its alias)
 //	GET    /traces/{trace}            TraceReport
 //	GET    /missing                   []MissingMock, every request no recording answered
+//	GET    /debug/pprof/…             the Go profiler (admin listener only)
 //
 // A trace id equal to a recording's id selects that recording without an
-// alias.
+// alias. With Config.AdminToken set, every request but GET /healthz sends
+// "Authorization: Bearer TOKEN" (401 otherwise). POST /traces answers 503
+// once Config.MaxAliases aliases are registered. Traces and aliases not
+// used for Config.TraceTTL are dropped as if deleted.
 
 // Alias registers Trace as another name of the recording Recording, so one
 // recording can be replayed several times at once.
@@ -32,6 +39,10 @@ type TraceReport struct {
 	Unused []recording.Call `json:"unused"`
 	// Dropped counts calls received beyond Config.MaxObserved, not listed.
 	Dropped int `json:"dropped,omitempty"`
+	// Random lists where the replayed request's randomness left its
+	// recording (RETRACE_RANDOM), as the agent reported it
+	// (trace.RandomDst): one entry per source at most.
+	Random []trace.Divergence `json:"random,omitempty"`
 }
 
 // ObservedCall is one request the system under test made, and how it was

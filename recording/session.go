@@ -26,9 +26,14 @@ const (
 // Session is one recorded inbound request and every downstream call it
 // caused.
 type Session struct {
-	V   int    `json:"v"`
-	ID  string `json:"id"`
-	App string `json:"app,omitempty"`
+	V  int    `json:"v"`
+	ID string `json:"id"` // unique per recorded request
+	// Trace is the W3C trace-id (32 lower-case hex digits) of the request's
+	// traceparent header, "" without one. Requests of one distributed trace
+	// share it; each is a session of its own with its own ID (schema v1,
+	// added field: readers that do not know it skip it).
+	Trace string `json:"trace,omitempty"`
+	App   string `json:"app,omitempty"`
 	// Background marks the application's start-up and background
 	// traffic: calls of no inbound request (pool warm-up, start-up pings,
 	// driver and ORM initialisation, health checks, background jobs),
@@ -38,6 +43,26 @@ type Session struct {
 	At         time.Time `json:"at"`
 	Inbound    Inbound   `json:"inbound"`
 	Calls      []Call    `json:"calls"`
+	// Random is what the request drew (RETRACE_RANDOM, DESIGN.md 14), nil
+	// when the agent left its randomness alone.
+	Random *Random `json:"random,omitempty"`
+}
+
+// Random is a recorded request's randomness: the seed its math/rand and
+// math/rand/v2 draws came from and how many it made of each, and its
+// crypto/rand draws in order (RETRACE_RANDOM=all). Replay hands them back
+// (Retrace-Replay-Seed, Retrace-Replay-Random).
+type Random struct {
+	Seed   uint64 `json:"seed,string"` // a string in JSON: exact in any reader
+	Math   uint64 `json:"math"`        // draws from math/rand's global source
+	MathV2 uint64 `json:"math_v2"`     // draws from math/rand/v2's
+	// Crypto holds the crypto/rand draws made on the request's goroutines
+	// outside Go's crypto packages, base64 in JSON. They are what the
+	// request generated: tokens, nonces, keys of its own.
+	Crypto [][]byte `json:"crypto,omitempty"`
+	// Masked reports that a masking rule ("random") removed the crypto
+	// draws: a replay draws real randomness there.
+	Masked bool `json:"masked,omitempty"`
 }
 
 // Inbound is the request the service received and the response it sent.

@@ -13,8 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
-
-	"github.com/agiledragon/gomonkey/v2/creflect"
 )
 
 // How the TLS hooks call "the original" (see tlsLayout): the patched
@@ -144,25 +142,13 @@ func findTLSLayout() (*tlsLayout, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnsupported, err)
 	}
+	// (methods are found in the type's method table by methodWord, not
+	// reflect's MethodByName: see there)
 	pt := reflect.PointerTo(ct)
-	exported := func(t *target, name string) error {
-		m, ok := pt.MethodByName(name)
-		if !ok {
-			return fmt.Errorf("%w: *tls.Conn has no method %s", ErrUnsupported, name)
-		}
-		*t = target{name: "crypto/tls.(*Conn)." + name, word: codeWord(m.Func), typ: m.Func.Type()}
-		return nil
-	}
-	if err := exported(&l.read, "Read"); err != nil {
-		return nil, err
-	}
-	if err := exported(&l.write, "Write"); err != nil {
-		return nil, err
-	}
-	unexported := func(t reflect.Type, tn, name string) (unsafe.Pointer, error) {
-		word, ok := creflect.MethodByName(t, name)
-		if !ok || word == nil {
-			return nil, fmt.Errorf("%w: %s.%s not found through reflect", ErrUnsupported, tn, name)
+	method := func(t reflect.Type, tn, name string) (unsafe.Pointer, error) {
+		word := methodWord(t, name)
+		if word == nil {
+			return nil, fmt.Errorf("%w: %s.%s not found in its method table", ErrUnsupported, tn, name)
 		}
 		if err := checkName(target{name: tn + "." + name, word: word}); err != nil {
 			return nil, err
@@ -171,14 +157,16 @@ func findTLSLayout() (*tlsLayout, error) {
 	}
 	const conn = "crypto/tls.(*Conn)"
 	words := map[string]unsafe.Pointer{}
-	for _, name := range []string{"handshakeContext", "readRecordOrCCS", "handlePostHandshakeMessage",
-		"writeRecordLocked", "flush", "sendAlert"} {
-		w, err := unexported(pt, conn, name)
+	for _, name := range []string{"Read", "Write", "handshakeContext", "readRecordOrCCS",
+		"handlePostHandshakeMessage", "writeRecordLocked", "flush", "sendAlert"} {
+		w, err := method(pt, conn, name)
 		if err != nil {
 			return nil, err
 		}
 		words[name] = w
 	}
+	l.read = target{name: conn + ".Read", word: words["Read"], typ: reflect.TypeOf((*tls.Conn).Read)}
+	l.write = target{name: conn + ".Write", word: words["Write"], typ: reflect.TypeOf((*tls.Conn).Write)}
 	l.handshake = target{name: conn + ".handshakeContext", word: words["handshakeContext"]}
 	l.readRecordOrCCS = funcOf[func(unsafe.Pointer, bool) error](words["readRecordOrCCS"])
 	l.handlePostHandshakeMessage = funcOf[func(unsafe.Pointer) error](words["handlePostHandshakeMessage"])

@@ -10,7 +10,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/agiledragon/gomonkey/v2/creflect"
 	"github.com/stretchr/testify/require"
 
 	"github.com/retrace-dev/retrace/hook"
@@ -35,7 +34,7 @@ func patchedFuncs() map[string]uintptr {
 		m, _ := reflect.TypeFor[*tls.Conn]().MethodByName(name)
 		pcs["tls.Conn."+name] = m.Func.Pointer()
 	}
-	word, _ := creflect.MethodByName(reflect.TypeFor[*tls.Conn](), "handshakeContext")
+	word := hook.MethodWord(reflect.TypeFor[*tls.Conn](), "handshakeContext")
 	pcs["tls.Conn.handshakeContext"] = *(*uintptr)(word)
 	return pcs
 }

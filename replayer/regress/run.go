@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/retrace-dev/retrace/wire/http1"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +33,10 @@ type Config struct {
 	Baseline string
 	// BaselineMockAdmin is the baseline's mock server; empty: MockAdmin.
 	BaselineMockAdmin string
+	// MockAdminToken is sent to the mock admin APIs as "Authorization:
+	// Bearer TOKEN" (a mock server started with an admin token); empty:
+	// none.
+	MockAdminToken string
 	// Concurrency is the number of sessions in flight (and connections
 	// per target). Zero: 8.
 	Concurrency int
@@ -130,7 +135,7 @@ func newSide(name, targetURL, adminURL string, cfg *Config) (*side, error) {
 	t.tlsConfig = cfg.TLS
 	s := &side{name: name, target: t}
 	if adminURL != "" {
-		if s.admin, err = newAdmin(adminURL, cfg.Concurrency, cfg.Timeout); err != nil {
+		if s.admin, err = newAdmin(adminURL, cfg.MockAdminToken, cfg.Concurrency, cfg.Timeout); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 	}
@@ -284,7 +289,7 @@ func Count(ctx context.Context, cfg Config) (int, error) {
 // attempt is one replay of a session against one side.
 type attempt struct {
 	trace  string
-	resp   *diff.Response
+	resp   *http1.ParsedResponse
 	report *mockserver.TraceReport
 	err    error
 }
@@ -349,7 +354,7 @@ func (r *runner) replaySession(ctx context.Context, w *worker, j job) *Result {
 	if s.Inbound.RequestTruncated {
 		return fail(fmt.Errorf("recorded request was truncated at %d bytes; not replayed", len(s.Inbound.Request)), nil)
 	}
-	rec, err := diff.ParseResponse(s.Inbound.Response, method)
+	rec, err := http1.ParseResponse(s.Inbound.Response, method)
 	if err != nil {
 		return fail(fmt.Errorf("recorded response: %w", err), &Detail{Request: capBytes(s.Inbound.Request)})
 	}
@@ -383,7 +388,7 @@ func (r *runner) replaySession(ctx context.Context, w *worker, j job) *Result {
 }
 
 // judge diffs one attempt against the recording.
-func (r *runner) judge(api string, s *recording.Session, rec *diff.Response, a attempt) ([]Finding, []CallDetail) {
+func (r *runner) judge(api string, s *recording.Session, rec *http1.ParsedResponse, a attempt) ([]Finding, []CallDetail) {
 	var out []Finding
 	for _, d := range r.cfg.Rules.CompareResponses(api, rec, a.resp) {
 		out = append(out, Finding{Difference: d, Where: InResponse})

@@ -39,6 +39,11 @@ type engine struct {
 	clock bool // time.Now is patched: Arrived uses realNow
 	tls   bool // crypto/tls is hooked: HTTPS requests may carry their trace in-band
 
+	random                     RandomMode
+	mathPatched, cryptoPatched bool // the sources of RETRACE_RANDOM that are patched
+	randomRec                  RandomRecorder
+	div                        divergenceReporter
+
 	conns    connTable
 	connects pendingConnects
 	tlsOther sync.Map // TLS connections over other net.Conns (otherTLSState), by address
@@ -51,7 +56,9 @@ func newEngine(cfg *resolvedConfig, l *netLayout) *engine {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	}
-	e := &engine{cfg: cfg, l: l, log: log}
+	e := &engine{cfg: cfg, l: l, log: log, random: cfg.Random}
+	e.randomRec, _ = cfg.Recorder.(RandomRecorder)
+	e.div.addr = cfg.mock.String()
 	if denseIndex {
 		e.conns.tag = l.tag
 	}
@@ -568,4 +575,5 @@ func (e *engine) shutdown() {
 		e.forget(v.(*connState))
 		return true
 	})
+	e.div.close()
 }

@@ -27,3 +27,15 @@ func ForceTLSPanic(t testing.TB) {
 
 // MethodWord is methodWord, for the tests of package hook_test.
 func MethodWord(t reflect.Type, name string) unsafe.Pointer { return methodWord(t, name) }
+
+// RandomFuncs returns the code addresses of the functions RandomAll
+// patches.
+func RandomFuncs() map[string]uintptr {
+	out := map[string]uintptr{}
+	mt, _ := mathTargets()
+	ct, _ := cryptoTargets()
+	for _, t := range append(mt, ct...) {
+		out[t.name] = *(*uintptr)(t.word)
+	}
+	return out
+}

@@ -13,8 +13,8 @@ import (
 var counters struct {
 	requests, traced, bound, framed, stripped, carried stripe.Counter
 
-	conns, preambles, redirected, failures, pipelined atomic.Int64
-	tlsConns, tlsFaked                                atomic.Int64
+	conns, preambles, redirected, failures, pipelined, diverged atomic.Int64
+	tlsConns, tlsFaked                                          atomic.Int64
 }
 
 var patchState struct {
@@ -51,6 +51,9 @@ type Stats struct {
 
 	TLSConns      int64 // TLS connections whose plaintext the TLS hooks followed
 	TLSHandshakes int64 // replay: TLS handshakes completed without TLS (redirected clients)
+	// Diverged counts the divergences of replayed requests' randomness
+	// from their recordings (one per request and source at most).
+	Diverged int64
 
 	// Failures counts recovered panics and errors inside hooks (the
 	// application's I/O proceeded unhooked each time).
@@ -83,5 +86,6 @@ func ReadStats() Stats {
 	s.TLSConns = counters.tlsConns.Load()
 	s.TLSHandshakes = counters.tlsFaked.Load()
 	s.Failures = counters.failures.Load()
+	s.Diverged = counters.diverged.Load()
 	return s
 }

@@ -17,7 +17,7 @@ import (
 )
 
 // patchedFuncs returns the code addresses of the functions replay mode
-// patches.
+// patches with RETRACE_RANDOM=all.
 func patchedFuncs() map[string]uintptr {
 	conn := reflect.PointerTo(reflect.TypeFor[net.TCPConn]().Field(0).Type)
 	pcs := map[string]uintptr{
@@ -30,12 +30,12 @@ func patchedFuncs() map[string]uintptr {
 	}
 	m, _ := reflect.TypeFor[*http.Transport]().MethodByName("RoundTrip")
 	pcs["Transport.RoundTrip"] = m.Func.Pointer()
-	for _, name := range []string{"Read", "Write"} {
-		m, _ := reflect.TypeFor[*tls.Conn]().MethodByName(name)
-		pcs["tls.Conn."+name] = m.Func.Pointer()
+	for _, name := range []string{"Read", "Write", "handshakeContext"} {
+		pcs["tls.Conn."+name] = *(*uintptr)(hook.MethodWord(reflect.TypeFor[*tls.Conn](), name))
 	}
-	word := hook.MethodWord(reflect.TypeFor[*tls.Conn](), "handshakeContext")
-	pcs["tls.Conn.handshakeContext"] = *(*uintptr)(word)
+	for name, pc := range hook.RandomFuncs() {
+		pcs[name] = pc
+	}
 	return pcs
 }
 
@@ -73,7 +73,7 @@ func TestUndoRestores(t *testing.T) {
 	require.Equal(t, orig, snapshot(), "mode off patched something")
 	undo()
 
-	undo, err = hook.Install(hook.Config{Mode: hook.Replay, MockAddr: "127.0.0.1:9", Passthrough: []string{line.Addr}})
+	undo, err = hook.Install(hook.Config{Mode: hook.Replay, MockAddr: "127.0.0.1:9", Passthrough: []string{line.Addr}, Random: hook.RandomAll})
 	require.NoError(t, err)
 	_, err = hook.Install(hook.Config{Mode: hook.Replay})
 	require.ErrorIs(t, err, hook.ErrInstalled)

@@ -51,6 +51,10 @@ func TestMarshalMatchesEncodingJSON(t *testing.T) {
 			Calls: []Call{{Proto: "http", TLS: TLS{On: true, ServerName: "pay<&>.example", ALPN: "http/1.1"}},
 				{Proto: "raw", TLS: TLS{On: true, ALPN: "h2", Note: "HTTP/2 not decoded"}},
 				{Proto: "redis", TLS: TLS{On: true}}}},
+		"random, math": {ID: "a", At: time.Unix(1, 0).UTC(), Random: &Random{Seed: math.MaxUint64, Math: 3}},
+		"random, all": {ID: "a", At: time.Unix(1, 0).UTC(),
+			Random: &Random{Seed: 1 << 60, Math: 1, MathV2: 9, Crypto: [][]byte{{0, 0xff, 3}, {}, nil, []byte("0123456789abcdef")}}},
+		"random, masked": {ID: "a", At: time.Unix(1, 0).UTC(), Random: &Random{Masked: true}},
 	}
 	for name, s := range tests {
 		t.Run(name, func(t *testing.T) { sameJSON(t, s) })
@@ -71,6 +75,8 @@ func FuzzMarshalMatchesEncodingJSON(f *testing.F) {
 			Inbound: Inbound{Proto: app, Local: id, Request: req, Response: resp, StartNs: n, TLS: tl},
 			Calls: []Call{{Seq: int(n % 100), Proto: id, Dst: app, Conn: n, Request: resp, Response: req, DurNs: n,
 				Decoded: app, TLS: tl}}}
+		sameJSON(t, s)
+		s.Random = &Random{Seed: uint64(n) * 0x9e3779b97f4a7c15, Math: uint64(n), Crypto: [][]byte{req, resp}, Masked: n%2 == 0}
 		sameJSON(t, s)
 	})
 }
@@ -200,4 +206,21 @@ func FuzzAppendInt(f *testing.F) {
 			t.Fatalf("appendInt(%d) = %q, want %q", v, got, want)
 		}
 	})
+}
+
+// TestRandomRoundTrip: a session's randomness reads back as written, the
+// seed exactly (a JSON string), the draws byte for byte.
+func TestRandomRoundTrip(t *testing.T) {
+	in := &Session{V: 1, ID: "r", At: time.Unix(1, 0).UTC(),
+		Random: &Random{Seed: math.MaxUint64 - 1, Math: 2, MathV2: 5, Crypto: [][]byte{{1, 2, 3}, {0xff}, {}}}}
+	line, err := Marshal(in)
+	require.NoError(t, err)
+	require.Contains(t, string(line), `"random":{"seed":"18446744073709551614","math":2,"math_v2":5,"crypto":["AQID","/w==",""]}`)
+	out, err := Unmarshal(line)
+	require.NoError(t, err)
+	require.Equal(t, in.Random, out.Random)
+
+	old, err := Unmarshal([]byte(`{"v":1,"id":"o","at":"2026-01-01T00:00:00Z","inbound":{"proto":"http","start_ns":0,"dur_ns":0},"calls":[]}`))
+	require.NoError(t, err)
+	require.Nil(t, old.Random, "a session recorded without randomness has none")
 }

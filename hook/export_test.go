@@ -2,7 +2,9 @@ package hook
 
 import (
 	"net"
+	"reflect"
 	"testing"
+	"unsafe"
 )
 
 // NoDenseIndex makes the engines installed until t ends find connections
@@ -43,6 +45,9 @@ func ForceTLSPanic(t testing.TB) {
 	tlsStatePanic.Store(true)
 	t.Cleanup(func() { tlsStatePanic.Store(false) })
 }
+
+// MethodWord is methodWord, for the tests of package hook_test.
+func MethodWord(t reflect.Type, name string) unsafe.Pointer { return methodWord(t, name) }
 
 // RandomFuncs returns the code addresses of the functions RandomAll
 // patches.

@@ -142,29 +142,13 @@ func findTLSLayout() (*tlsLayout, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnsupported, err)
 	}
+	// (methods are found in the type's method table by methodWord, not
+	// reflect's MethodByName: see there)
 	pt := reflect.PointerTo(ct)
-	// MethodByName with constant names only, and methodWord for the
-	// unexported ones: a name the linker cannot see makes it keep every
-	// exported method in the program (see methodWord).
-	exported := func(t *target, name string, m reflect.Method, ok bool) error {
-		if !ok {
-			return fmt.Errorf("%w: *tls.Conn has no method %s", ErrUnsupported, name)
-		}
-		*t = target{name: "crypto/tls.(*Conn)." + name, word: codeWord(m.Func), typ: m.Func.Type()}
-		return nil
-	}
-	mr, okr := pt.MethodByName("Read")
-	if err := exported(&l.read, "Read", mr, okr); err != nil {
-		return nil, err
-	}
-	mw, okw := pt.MethodByName("Write")
-	if err := exported(&l.write, "Write", mw, okw); err != nil {
-		return nil, err
-	}
-	unexported := func(t reflect.Type, tn, name string) (unsafe.Pointer, error) {
+	method := func(t reflect.Type, tn, name string) (unsafe.Pointer, error) {
 		word := methodWord(t, name)
 		if word == nil {
-			return nil, fmt.Errorf("%w: %s.%s not found through reflect", ErrUnsupported, tn, name)
+			return nil, fmt.Errorf("%w: %s.%s not found in its method table", ErrUnsupported, tn, name)
 		}
 		if err := checkName(target{name: tn + "." + name, word: word}); err != nil {
 			return nil, err
@@ -173,14 +157,16 @@ func findTLSLayout() (*tlsLayout, error) {
 	}
 	const conn = "crypto/tls.(*Conn)"
 	words := map[string]unsafe.Pointer{}
-	for _, name := range []string{"handshakeContext", "readRecordOrCCS", "handlePostHandshakeMessage",
-		"writeRecordLocked", "flush", "sendAlert"} {
-		w, err := unexported(pt, conn, name)
+	for _, name := range []string{"Read", "Write", "handshakeContext", "readRecordOrCCS",
+		"handlePostHandshakeMessage", "writeRecordLocked", "flush", "sendAlert"} {
+		w, err := method(pt, conn, name)
 		if err != nil {
 			return nil, err
 		}
 		words[name] = w
 	}
+	l.read = target{name: conn + ".Read", word: words["Read"], typ: reflect.TypeOf((*tls.Conn).Read)}
+	l.write = target{name: conn + ".Write", word: words["Write"], typ: reflect.TypeOf((*tls.Conn).Write)}
 	l.handshake = target{name: conn + ".handshakeContext", word: words["handshakeContext"]}
 	l.readRecordOrCCS = funcOf[func(unsafe.Pointer, bool) error](words["readRecordOrCCS"])
 	l.handlePostHandshakeMessage = funcOf[func(unsafe.Pointer) error](words["handlePostHandshakeMessage"])

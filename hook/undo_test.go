@@ -10,7 +10,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/agiledragon/gomonkey/v2/creflect"
 	"github.com/stretchr/testify/require"
 
 	"github.com/retrace-dev/retrace/hook"
@@ -31,12 +30,9 @@ func patchedFuncs() map[string]uintptr {
 	}
 	m, _ := reflect.TypeFor[*http.Transport]().MethodByName("RoundTrip")
 	pcs["Transport.RoundTrip"] = m.Func.Pointer()
-	for _, name := range []string{"Read", "Write"} {
-		m, _ := reflect.TypeFor[*tls.Conn]().MethodByName(name)
-		pcs["tls.Conn."+name] = m.Func.Pointer()
+	for _, name := range []string{"Read", "Write", "handshakeContext"} {
+		pcs["tls.Conn."+name] = *(*uintptr)(hook.MethodWord(reflect.TypeFor[*tls.Conn](), name))
 	}
-	word, _ := creflect.MethodByName(reflect.TypeFor[*tls.Conn](), "handshakeContext")
-	pcs["tls.Conn.handshakeContext"] = *(*uintptr)(word)
 	for name, pc := range hook.RandomFuncs() {
 		pcs[name] = pc
 	}

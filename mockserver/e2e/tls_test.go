@@ -117,7 +117,8 @@ func driveN(addr string, n int, hdr func(i int) string) []string {
 	return got
 }
 
-// sessions reads every session of the recording by id.
+// sessions reads every session of the recording by the W3C trace id its
+// request carried (the tids).
 func (r recorded) sessions(t *testing.T) map[string]*recording.Session {
 	t.Helper()
 	rd, err := recording.Open(context.Background(), r.dir)
@@ -126,7 +127,12 @@ func (r recorded) sessions(t *testing.T) map[string]*recording.Session {
 	}
 	defer rd.Close()
 	out := map[string]*recording.Session{}
-	if err := rd.Scan(context.Background(), func(s *recording.Session) error { out[s.ID] = s; return nil }); err != nil {
+	if err := rd.Scan(context.Background(), func(s *recording.Session) error {
+		if s.Trace != "" {
+			out[s.Trace] = s
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -160,7 +166,13 @@ func replayRun(t *testing.T, r recorded, handler http.Handler, cleanup func()) {
 	sut := &http.Server{Handler: handler}
 	var wg sync.WaitGroup
 	wg.Go(func() { sut.Serve(ln) })
-	got := driveN(ln.Addr().String(), tlsTraces, func(i int) string { return "Retrace-Trace-Id: " + r.tids[i] })
+	sessions := r.sessions(t)
+	got := driveN(ln.Addr().String(), tlsTraces, func(i int) string {
+		if s := sessions[r.tids[i]]; s != nil {
+			return "Retrace-Trace-Id: " + s.ID
+		}
+		return "Retrace-Trace-Id: none"
+	})
 	sut.Close()
 	wg.Wait()
 	cleanup()
@@ -541,7 +553,7 @@ func TestRecordAndReplayHTTPSService(t *testing.T) {
 		if !s.Inbound.TLS.On || !bytes.HasPrefix(s.Inbound.Request, []byte("GET /work?i=")) {
 			t.Fatalf("request %d: inbound not recorded as TLS plaintext: %+v %q", i, s.Inbound.TLS, s.Inbound.Request)
 		}
-		ids[tid] = true
+		ids[s.ID] = true
 	}
 
 	// replay: the service in a child process, the replayer here

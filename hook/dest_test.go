@@ -64,10 +64,10 @@ func newTagServerAt(t *testing.T, tag, addr string) *tagServer {
 	return s
 }
 
-// frameMock is a mock server that reads the agent's frames, notes each
+// destMock is a mock server that reads the agent's frames, notes each
 // connection's destination (from its preamble) and answers each payload
 // line with "mock DST LINE".
-type frameMock struct {
+type destMock struct {
 	addr string
 	ln   net.Listener
 	mu   sync.Mutex
@@ -75,11 +75,11 @@ type frameMock struct {
 	wg   sync.WaitGroup
 }
 
-func newFrameMock(t *testing.T) *frameMock {
+func newDestMock(t *testing.T) *destMock {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	m := &frameMock{addr: ln.Addr().String(), ln: ln}
+	m := &destMock{addr: ln.Addr().String(), ln: ln}
 	var open sync.Map
 	m.wg.Go(func() {
 		for {
@@ -118,7 +118,7 @@ func newFrameMock(t *testing.T) *frameMock {
 	return m
 }
 
-func (m *frameMock) seen() []string {
+func (m *destMock) seen() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]string(nil), m.dsts...)
@@ -165,7 +165,7 @@ func failingResolver(t *testing.T) *atomic.Int64 {
 // baffled and rewritten servers receive nothing.
 func TestBaffleAndRewrite(t *testing.T) {
 	baffled, prod, shadow, other := newTagServer(t, "pricing"), newTagServer(t, "prod-db"), newTagServer(t, "shadow-db"), newTagServer(t, "other")
-	mock := newFrameMock(t)
+	mock := newDestMock(t)
 	lookups := failingResolver(t)
 	_, otherPort, _ := net.SplitHostPort(other.addr)
 	undo, err := hook.Install(hook.Config{Mode: hook.Replay, MockAddr: mock.addr, NoClock: true,
@@ -197,7 +197,7 @@ func TestBaffleAndRewrite(t *testing.T) {
 // destinations real.
 func TestNamedDialUnresolved(t *testing.T) {
 	direct := newTagServer(t, "direct")
-	mock := newFrameMock(t)
+	mock := newDestMock(t)
 	lookups := failingResolver(t)
 	_, port, _ := net.SplitHostPort(direct.addr)
 	undo, err := hook.Install(hook.Config{Mode: hook.Replay, MockAddr: mock.addr, NoClock: true,

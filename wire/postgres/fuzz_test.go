@@ -1,0 +1,69 @@
+package postgres_test
+
+import (
+	"testing"
+
+	"github.com/retrace-dev/retrace/wire/postgres"
+)
+
+// FuzzFramers feeds a stream to both framers whole and in two pieces cut
+// at any byte: the messages must be the same, and nothing may panic.
+func FuzzFramers(f *testing.F) {
+	f.Add(stream(), uint16(7))
+	f.Add(msg('T', "\x00\x01id\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x17\x00\x04\xff\xff\xff\xff\x00\x00"), uint16(3))
+	f.Add(append(msg('D', "\x00\x01\x00\x00\x00\x0242"), msg('Z', "I")...), uint16(10))
+	f.Add([]byte{0, 0, 0, 8, 4, 210, 22, 47}, uint16(4))
+	f.Fuzz(func(t *testing.T, b []byte, cut uint16) {
+		for _, frontend := range []bool{true, false} {
+			whole, werr := frameSplit(b, frontend, len(b))
+			parts, perr := frameSplit(b, frontend, int(cut)%(len(b)+1))
+			if (werr == nil) != (perr == nil) || !equalMessages(whole, parts) {
+				t.Fatalf("frontend %v: whole %v (%v), split at %d %v (%v)", frontend, whole, werr, cut, parts, perr)
+			}
+			postgres.Detect(b)
+			postgres.SetupWrite(b)
+		}
+	})
+}
+
+func frameSplit(b []byte, frontend bool, cut int) ([]framed, error) {
+	f := &postgres.Framer{Frontend: frontend, Limit: 1 << 20}
+	var out []framed
+	for _, p := range [][]byte{b[:cut], b[cut:]} {
+		f.Feed(p)
+		for {
+			m, ok, err := f.Next()
+			if err != nil {
+				return out, err
+			}
+			if !ok {
+				break
+			}
+			out = append(out, framed{m.Type, m.Code, string(m.Body)})
+		}
+	}
+	return out, nil
+}
+
+func FuzzNormalizeSQL(f *testing.F) {
+	for _, s := range []string{"select 1", "select 'a''b', $1, $$x$$", "/* */ -- x\n", "E'\\", "$a$"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		norm, _ := postgres.NormalizeSQL(q)
+		if again, _ := postgres.NormalizeSQL(norm); again != norm && !containsQuoteOrComment(q) {
+			t.Fatalf("not idempotent: %q → %q → %q", q, norm, again)
+		}
+		postgres.IsPing(q)
+	})
+}
+
+func containsQuoteOrComment(q string) bool {
+	for i := 0; i < len(q); i++ {
+		switch q[i] {
+		case '\'', '"', '$', '-', '/', 'e', 'E':
+			return true
+		}
+	}
+	return false
+}

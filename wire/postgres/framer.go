@@ -11,11 +11,11 @@ type Framer struct {
 	// Limit bounds one message's length; 0 means DefaultLimit.
 	Limit int
 
-	typed bool   // frontend: the StartupMessage has been seen
-	sslAns bool  // backend: the next byte answers an SSLRequest or GSSENCRequest
-	buf   []byte // bytes of a message not yet whole
-	off   int    // bytes of buf already returned
-	err   error
+	typed  bool   // frontend: the StartupMessage has been seen
+	sslAns bool   // backend: the next byte answers an SSLRequest or GSSENCRequest
+	buf    []byte // bytes of a message not yet whole
+	off    int    // bytes of buf already returned
+	err    error
 }
 
 // Feed adds the next bytes of the stream. The framer copies them only when

@@ -1,76 +1,69 @@
 package postgres
 
-import "fmt"
+import (
+	"fmt"
 
-// Framer cuts one direction of a connection into whole messages, fed any
-// split of its bytes. The zero value frames a server's stream; set
-// Frontend for a client's.
-type Framer struct {
-	// Frontend frames what a client sends: untyped start-up packets first.
-	Frontend bool
-	// Limit bounds one message's length; 0 means DefaultLimit.
-	Limit int
+	"github.com/retrace-dev/retrace/wire"
+)
 
-	typed  bool   // frontend: the StartupMessage has been seen
-	sslAns bool   // backend: the next byte answers an SSLRequest or GSSENCRequest
-	buf    []byte // bytes of a message not yet whole
-	off    int    // bytes of buf already returned
-	err    error
+// framer cuts one direction of a connection into whole messages
+// (wire.Framer): the caller keeps the bytes and asks about their start.
+type framer struct {
+	frontend bool
+	limit    int
+	typed    bool // frontend: the StartupMessage has been framed
+	// backend: one-byte answers owed to encryption requests the client
+	// made (SSLRequest, GSSENCRequest), told through Request
+	encAnswers int
+	off        int64 // stream offset of the next message, for errors
 }
 
-// Feed adds the next bytes of the stream. The framer copies them only when
-// a message is left incomplete.
-func (f *Framer) Feed(p []byte) {
-	if f.off > 0 {
-		f.buf = f.buf[:copy(f.buf, f.buf[f.off:])]
-		f.off = 0
-	}
-	f.buf = append(f.buf, p...)
-}
+var _ wire.Framer = (*framer)(nil)
 
-// AwaitEncryptionAnswer tells a server's framer that the client asked for
-// TLS or GSS encryption: the next byte is the one-byte answer ('S', 'G' or
-// 'N'), returned as a message of that type with an empty body.
-func (f *Framer) AwaitEncryptionAnswer() { f.sslAns = true }
+// NewFrontendFramer returns a framer of what a client sends: untyped
+// start-up packets up to the StartupMessage, typed messages after it.
+func NewFrontendFramer(limit int) wire.Framer { return &framer{frontend: true, limit: limit} }
 
-// Next returns the next whole message, or ok false when the bytes fed so
-// far end inside one. The message's Body aliases the framer's buffer until
-// the next Feed. After an error, Next keeps returning it.
-func (f *Framer) Next() (m Message, ok bool, err error) {
-	if f.err != nil {
-		return Message{}, false, f.err
-	}
-	b := f.buf[f.off:]
-	if !f.Frontend && f.sslAns {
-		if len(b) == 0 {
-			return Message{}, false, nil
+// NewBackendFramer returns a framer of what a server sends; tell it of
+// the client's requests (Request) so it knows that an encryption request
+// is answered by a single byte.
+func NewBackendFramer(limit int) wire.Framer { return &framer{limit: limit} }
+
+func (f *framer) Next(buf []byte) (int, error) {
+	if !f.frontend && f.encAnswers > 0 {
+		if len(buf) == 0 {
+			return 0, nil
 		}
-		f.sslAns = false
+		f.encAnswers--
 		f.off++
-		return Message{Type: b[0]}, true, nil
+		return 1, nil
 	}
-	m, n, err := Next(b, f.Frontend, f.Frontend && !f.typed, f.Limit)
+	m, n, err := Next(buf, f.frontend, f.frontend && !f.typed, f.limit)
 	if err != nil {
-		f.err = fmt.Errorf("%s message at stream byte %d: %w", f.side(), f.off, err)
-		return Message{}, false, f.err
+		side := "server"
+		if f.frontend {
+			side = "client"
+		}
+		return 0, fmt.Errorf("%s message at stream byte %d: %w", side, f.off, err)
 	}
-	if n == 0 {
-		return Message{}, false, nil
+	if n > 0 {
+		f.off += int64(n)
+		if f.frontend && m.IsStartup() {
+			f.typed = true
+		}
 	}
-	f.off += n
-	if f.Frontend && m.IsStartup() {
-		f.typed = true
-	}
-	return m, true, nil
+	return n, nil
 }
 
-// Buffered returns how many bytes of an incomplete message the framer
-// holds.
-func (f *Framer) Buffered() int { return len(f.buf) - f.off }
-
-func (f *Framer) side() string {
-	if f.Frontend {
-		return "client"
+// Request tells a backend framer of whole client messages, in order.
+func (f *framer) Request(msg []byte) {
+	if f.frontend {
+		return
 	}
-	return "server"
+	Messages(msg, true, len(msg) > 0 && msg[0] == 0, func(m Message) bool {
+		if m.Type == 0 && (m.Code == SSLRequestCode || m.Code == GSSENCRequestCode) {
+			f.encAnswers++
+		}
+		return true
+	})
 }

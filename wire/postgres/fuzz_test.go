@@ -27,22 +27,11 @@ func FuzzFramers(f *testing.F) {
 }
 
 func frameSplit(b []byte, frontend bool, cut int) ([]framed, error) {
-	f := &postgres.Framer{Frontend: frontend, Limit: 1 << 20}
-	var out []framed
-	for _, p := range [][]byte{b[:cut], b[cut:]} {
-		f.Feed(p)
-		for {
-			m, ok, err := f.Next()
-			if err != nil {
-				return out, err
-			}
-			if !ok {
-				break
-			}
-			out = append(out, framed{m.Type, m.Code, string(m.Body)})
-		}
+	f := postgres.NewBackendFramer(1 << 20)
+	if frontend {
+		f = postgres.NewFrontendFramer(1 << 20)
 	}
-	return out, nil
+	return frameWith(f, b, []int{cut, len(b) - cut})
 }
 
 func FuzzNormalizeSQL(f *testing.F) {

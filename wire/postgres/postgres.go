@@ -1,18 +1,26 @@
-// Package postgres knows PostgreSQL's frontend/backend protocol (version 3)
-// as far as recording needs it: which bytes open a PostgreSQL connection,
-// where each message ends in either direction, and which client messages
-// set a connection up rather than ask something of the database.
+// Package postgres is PostgreSQL's frontend/backend protocol (version 3)
+// for retrace (a wire.Protocol): which bytes open a PostgreSQL connection,
+// where each message ends in either direction, which client messages set a
+// connection up, how a recorded connection's messages pair into requests
+// and answers, the statements and portals each connection names, typed
+// decoding of parameters and rows, and the mock server's side: start-up
+// and authentication answered itself, statements prepared on any recorded
+// connection known on every live one, and an ErrorResponse for a missing
+// mock.
 //
-// It imports nothing beyond the standard library, so the agent links it at
-// no cost; decoding messages and values, pairing requests with answers and
-// the mock server's answers live in wire/postgres/exchange, on top of
-// pgx's pgproto3. It parses untrusted bytes and never panics on them.
+// What capture runs on every write and read (Detect, the framers, the Tap)
+// uses the standard library only; decoding messages for the mock server,
+// the diff and the reports uses pgx's pgproto3, the message codec of the
+// Go driver most services use (three small packages, no init). It parses
+// untrusted bytes and never panics on them.
 package postgres
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/retrace-dev/retrace/wire"
 )
 
 // Proto is the protocol's name in recordings (recording.Call.Proto).
@@ -86,8 +94,6 @@ const (
 var (
 	// ErrLength reports a length field the protocol does not allow.
 	ErrLength = errors.New("postgres: bad message length")
-	// ErrTooLarge reports a message longer than the caller's limit.
-	ErrTooLarge = errors.New("postgres: message exceeds the size limit")
 	// ErrStartup reports an untyped packet that is no start-up packet.
 	ErrStartup = errors.New("postgres: not a start-up packet")
 )
@@ -105,28 +111,18 @@ type Message struct {
 // IsStartup reports whether m is a StartupMessage.
 func (m Message) IsStartup() bool { return m.Type == 0 && m.Code>>16 == 3 }
 
-// Verdict is what the first bytes of a connection say about its protocol.
-type Verdict int
-
-// Verdicts of Detect.
-const (
-	No     Verdict = iota // not PostgreSQL
-	NotYet                // could be: more bytes decide
-	Sure                  // a whole start-up packet of PostgreSQL
-)
-
 // Detect tells, from the first bytes a client sent, whether the
 // connection speaks PostgreSQL: a whole StartupMessage (protocol 3.x, its
 // parameters NUL-terminated), SSLRequest, GSSENCRequest or CancelRequest.
-func Detect(p []byte) Verdict {
+func Detect(p []byte) wire.Verdict {
 	if len(p) < 8 {
 		// a length field below MaxStartup starts with two zero bytes
 		for i, c := range p {
 			if i < 2 && c != 0 {
-				return No
+				return wire.No
 			}
 		}
-		return NotYet
+		return wire.NotYet
 	}
 	n := binary.BigEndian.Uint32(p)
 	code := binary.BigEndian.Uint32(p[4:])
@@ -135,29 +131,29 @@ func Detect(p []byte) Verdict {
 		return verdict(n == 8)
 	case code == CancelRequestCode:
 		if n != 16 {
-			return No
+			return wire.No
 		}
 	case code>>16 == 3:
 		if n < 9 || n > MaxStartup {
-			return No
+			return wire.No
 		}
 		if len(p) >= int(n) && p[n-1] != 0 {
-			return No // parameters end with an empty name
+			return wire.No // parameters end with an empty name
 		}
 	default:
-		return No
+		return wire.No
 	}
 	if len(p) < int(n) {
-		return NotYet
+		return wire.NotYet
 	}
-	return Sure
+	return wire.Sure
 }
 
-func verdict(ok bool) Verdict {
+func verdict(ok bool) wire.Verdict {
 	if ok {
-		return Sure
+		return wire.Sure
 	}
-	return No
+	return wire.No
 }
 
 // Next cuts the first message from b, a client's stream when frontend is
@@ -204,7 +200,7 @@ func Next(b []byte, frontend, untyped bool, limit int) (m Message, n int, err er
 		return Message{}, 0, fmt.Errorf("%w: %q message of %d bytes", ErrLength, b[0], l)
 	}
 	if int64(l) > int64(limit) {
-		return Message{}, 0, fmt.Errorf("%w: %q message of %d bytes, limit %d", ErrTooLarge, b[0], l, limit)
+		return Message{}, 0, fmt.Errorf("%w: %q message of %d bytes, limit %d", wire.ErrTooLong, b[0], l, limit)
 	}
 	end := 1 + int(l)
 	if len(b) < end {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/retrace-dev/retrace/wire"
 	"github.com/retrace-dev/retrace/wire/postgres"
 )
 
@@ -36,24 +37,24 @@ func TestDetect(t *testing.T) {
 	cases := []struct {
 		name string
 		in   []byte
-		want postgres.Verdict
+		want wire.Verdict
 	}{
-		{"startup", st, postgres.Sure},
-		{"startup and more", append(append([]byte{}, st...), msg('Q', "x\x00")...), postgres.Sure},
-		{"startup, half", st[:len(st)/2], postgres.NotYet},
-		{"startup, header only", st[:8], postgres.NotYet},
-		{"three bytes", st[:3], postgres.NotYet},
-		{"ssl request", request(postgres.SSLRequestCode), postgres.Sure},
-		{"gssenc request", request(postgres.GSSENCRequestCode), postgres.Sure},
-		{"cancel request", request(postgres.CancelRequestCode, 0, 0, 0, 1, 0, 0, 0, 2), postgres.Sure},
-		{"cancel request, short", request(postgres.CancelRequestCode, 0, 0), postgres.No},
-		{"ssl request, long", request(postgres.SSLRequestCode, 0), postgres.No},
-		{"http", []byte("GET / HTTP/1.1\r\n"), postgres.No},
-		{"resp", []byte("*1\r\n$4\r\nPING\r\n"), postgres.No},
-		{"version 2", []byte{0, 0, 0, 9, 0, 2, 0, 0, 0}, postgres.No},
-		{"startup not NUL-terminated", []byte("\x00\x00\x00\x10\x00\x03\x00\x00user\x00u\x00x"), postgres.No},
-		{"huge length", []byte{0, 1, 0, 0, 0, 3, 0, 0}, postgres.No},
-		{"typed message", msg('Q', "select 1\x00"), postgres.No},
+		{"startup", st, wire.Sure},
+		{"startup and more", append(append([]byte{}, st...), msg('Q', "x\x00")...), wire.Sure},
+		{"startup, half", st[:len(st)/2], wire.NotYet},
+		{"startup, header only", st[:8], wire.NotYet},
+		{"three bytes", st[:3], wire.NotYet},
+		{"ssl request", request(postgres.SSLRequestCode), wire.Sure},
+		{"gssenc request", request(postgres.GSSENCRequestCode), wire.Sure},
+		{"cancel request", request(postgres.CancelRequestCode, 0, 0, 0, 1, 0, 0, 0, 2), wire.Sure},
+		{"cancel request, short", request(postgres.CancelRequestCode, 0, 0), wire.No},
+		{"ssl request, long", request(postgres.SSLRequestCode, 0), wire.No},
+		{"http", []byte("GET / HTTP/1.1\r\n"), wire.No},
+		{"resp", []byte("*1\r\n$4\r\nPING\r\n"), wire.No},
+		{"version 2", []byte{0, 0, 0, 9, 0, 2, 0, 0, 0}, wire.No},
+		{"startup not NUL-terminated", []byte("\x00\x00\x00\x10\x00\x03\x00\x00user\x00u\x00x"), wire.No},
+		{"huge length", []byte{0, 1, 0, 0, 0, 3, 0, 0}, wire.No},
+		{"typed message", msg('Q', "select 1\x00"), wire.No},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,7 +82,7 @@ func TestNext(t *testing.T) {
 	if _, _, err := postgres.Next([]byte{'Q', 0, 0, 0, 3}, true, false, 0); !errors.Is(err, postgres.ErrLength) {
 		t.Fatalf("length 3: %v", err)
 	}
-	if _, _, err := postgres.Next(msg('D', string(make([]byte, 100))), false, false, 50); !errors.Is(err, postgres.ErrTooLarge) {
+	if _, _, err := postgres.Next(msg('D', string(make([]byte, 100))), false, false, 50); !errors.Is(err, wire.ErrTooLong) {
 		t.Fatalf("over the limit: %v", err)
 	}
 	if _, _, err := postgres.Next([]byte{0, 0, 0, 8, 0, 9, 0, 0}, true, true, 0); !errors.Is(err, postgres.ErrStartup) {
@@ -130,31 +131,40 @@ func TestFramerAnySplit(t *testing.T) {
 	}
 }
 
-type framed struct {
-	typ  byte
-	code uint32
-	body string
-}
+// framed is one message a framer cut, as its bytes.
+type framed string
 
+// frameAll feeds b to a client framer in pieces of the given sizes.
 func frameAll(t testing.TB, b []byte, sizes []int) []framed {
 	t.Helper()
-	f := &postgres.Framer{Frontend: true}
-	var out []framed
-	for _, n := range sizes {
-		f.Feed(b[:n])
-		b = b[n:]
-		for {
-			m, ok, err := f.Next()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				break
-			}
-			out = append(out, framed{m.Type, m.Code, string(m.Body)})
-		}
+	out, err := frameWith(postgres.NewFrontendFramer(0), b, sizes)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
+}
+
+// frameWith feeds b to f in pieces of the given sizes, the caller's
+// buffer growing as a connection's would, and returns the messages.
+func frameWith(f wire.Framer, b []byte, sizes []int) ([]framed, error) {
+	var buf []byte
+	var out []framed
+	for _, n := range sizes {
+		buf = append(buf, b[:n]...)
+		b = b[n:]
+		for {
+			m, err := f.Next(buf)
+			if err != nil {
+				return out, err
+			}
+			if m == 0 {
+				break
+			}
+			out = append(out, framed(buf[:m]))
+			buf = buf[m:]
+		}
+	}
+	return out, nil
 }
 
 func equalMessages(a, b []framed) bool {
@@ -170,34 +180,25 @@ func equalMessages(a, b []framed) bool {
 }
 
 func TestServerFramerEncryptionAnswer(t *testing.T) {
-	f := &postgres.Framer{}
-	f.AwaitEncryptionAnswer()
-	f.Feed([]byte("N"))
-	f.Feed(msg('R', "\x00\x00\x00\x00"))
-	f.Feed(msg('Z', "I")[:3])
-	var types []byte
-	for {
-		m, ok, err := f.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			break
-		}
-		types = append(types, m.Type)
+	f := postgres.NewBackendFramer(0)
+	f.Request(request(postgres.SSLRequestCode))
+	in := append(append([]byte("N"), msg('R', "\x00\x00\x00\x00")...), msg('Z', "I")[:3]...)
+	got, err := frameWith(f, in, []int{len(in)})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if string(types) != "NR" || f.Buffered() != 3 {
-		t.Fatalf("types %q, buffered %d", types, f.Buffered())
+	if len(got) != 2 || got[0] != "N" || got[1][0] != 'R' {
+		t.Fatalf("messages %q", got)
 	}
 }
 
 func TestFramerError(t *testing.T) {
-	f := &postgres.Framer{Frontend: true}
-	f.Feed([]byte("GET / HTTP/1.1\r\n\r\n"))
-	if _, _, err := f.Next(); err == nil {
+	f := postgres.NewFrontendFramer(0)
+	if _, err := f.Next([]byte("GET / HTTP/1.1\r\n\r\n")); err == nil {
 		t.Fatal("no error for HTTP bytes")
-	} else if _, _, err2 := f.Next(); err2 != err {
-		t.Fatalf("error not kept: %v then %v", err, err2)
+	}
+	if _, err := postgres.NewBackendFramer(100).Next(msg('D', string(make([]byte, 200)))); !errors.Is(err, wire.ErrTooLong) {
+		t.Fatalf("over the limit: %v", err)
 	}
 }
 

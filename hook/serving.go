@@ -4,7 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/retrace-dev/retrace/internal/httpframe"
+	"github.com/retrace-dev/retrace/wire/http1"
 	"github.com/retrace-dev/retrace/trace"
 )
 
@@ -48,7 +48,7 @@ type serving struct {
 	curHead bool   // the current request is HEAD: its response has no body
 	release func() // the current request's binding, nil when untraced
 	queue   []waiting
-	framer  httpframe.Response // where the current response ends, while queue is not empty
+	framer  http1.Response // where the current response ends, while queue is not empty
 }
 
 // Values of serving.resp.
@@ -97,7 +97,7 @@ func (e *engine) admit(st *connState, tid string, h *trace.RequestHead) {
 		// and a compare-and-swap that fails still costs a locked cycle)
 		if n > 0 && n < maxWaiting || n == 0 && s.resp.Load() == respIdle && s.resp.CompareAndSwap(respIdle, respQueued) {
 			if n == 0 {
-				s.framer = httpframe.Response{NoBody: s.curHead}
+				s.framer = http1.Response{NoBody: s.curHead}
 			}
 			s.queue = append(s.queue, waiting{tid: tid, t: t, head: head})
 			counters.pipelined.Add(1)
@@ -193,7 +193,7 @@ func (e *engine) next(st *connState) {
 		s.resp.Store(respIdle)
 		return
 	}
-	s.framer = httpframe.Response{NoBody: w.head}
+	s.framer = http1.Response{NoBody: w.head}
 }
 
 // reportInboundWrite reports response bytes with the current request's

@@ -7,9 +7,9 @@ import (
 	"net"
 	"sync/atomic"
 
-	"github.com/retrace-dev/retrace/mockserver/httpproto"
-	"github.com/retrace-dev/retrace/mockserver/mysql"
-	"github.com/retrace-dev/retrace/mockserver/redis"
+	"github.com/retrace-dev/retrace/wire/http1"
+	"github.com/retrace-dev/retrace/wire/mysql"
+	"github.com/retrace-dev/retrace/wire/redis"
 )
 
 // adapter is one connection's protocol state: where requests end, how
@@ -68,7 +68,7 @@ func (a *httpAdapter) proto() string    { return protoHTTP }
 func (a *httpAdapter) greeting() []byte { return nil }
 
 func (a *httpAdapter) next(buf []byte) (request, int, []byte, error) {
-	h, n, err := httpproto.RequestLen(buf)
+	h, n, err := http1.RequestLen(buf)
 	if err != nil {
 		return request{}, 0, nil, err
 	}
@@ -78,7 +78,7 @@ func (a *httpAdapter) next(buf []byte) (request, int, []byte, error) {
 		}
 		if h.HeadLen > 0 && h.Expect100 && !a.continued {
 			a.continued = true
-			return request{}, 0, []byte(httpproto.Continue), nil
+			return request{}, 0, []byte(http1.Continue), nil
 		}
 		return request{}, 0, nil, nil
 	}
@@ -90,17 +90,17 @@ func (a *httpAdapter) next(buf []byte) (request, int, []byte, error) {
 
 func (a *httpAdapter) reply(_ request, resp []byte) []byte {
 	if a.answered {
-		return httpproto.StripContinue(resp)
+		return http1.StripContinue(resp)
 	}
 	return resp
 }
 
 func (a *httpAdapter) synth(request) []byte {
-	return httpproto.ErrorResponse(502, "retrace: no recorded answer")
+	return http1.ErrorResponse(502, "retrace: no recorded answer")
 }
 
 func (a *httpAdapter) missing(_ request, reason string) []byte {
-	return httpproto.ErrorResponse(502, "retrace: "+reason)
+	return http1.ErrorResponse(502, "retrace: "+reason)
 }
 
 // ---- Redis ----

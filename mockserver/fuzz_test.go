@@ -10,7 +10,7 @@ import (
 
 	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/mockserver/mocktest"
-	"github.com/retrace-dev/retrace/mockserver/mysql"
+	"github.com/retrace-dev/retrace/wire/mysql"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
 )

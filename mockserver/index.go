@@ -5,9 +5,9 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/retrace-dev/retrace/mockserver/httpproto"
-	"github.com/retrace-dev/retrace/mockserver/mysql"
-	"github.com/retrace-dev/retrace/mockserver/redis"
+	"github.com/retrace-dev/retrace/wire/http1"
+	"github.com/retrace-dev/retrace/wire/mysql"
+	"github.com/retrace-dev/retrace/wire/redis"
 	"github.com/retrace-dev/retrace/recording"
 )
 
@@ -310,7 +310,7 @@ func splitCall(c *recording.Call, stmtSQL func(uint32) (string, bool)) []unit {
 	whole := func(r request) []unit { return []unit{{req: r, resp: c.Response, seq: c.Seq}} }
 	switch c.Proto {
 	case protoHTTP:
-		h, n, err := httpproto.RequestLen(c.Request)
+		h, n, err := http1.RequestLen(c.Request)
 		if err != nil || n == 0 {
 			return whole(request{raw: c.Request, op: "?", canon: c.Request, body: c.Request})
 		}

@@ -7,8 +7,8 @@ import (
 	"net"
 	"time"
 
-	"github.com/retrace-dev/retrace/mockserver/httpproto"
-	"github.com/retrace-dev/retrace/mockserver/redis"
+	"github.com/retrace-dev/retrace/wire/http1"
+	"github.com/retrace-dev/retrace/wire/redis"
 )
 
 // passthrough proxies the whole connection to the real destination: frame
@@ -93,7 +93,7 @@ func (c *conn) proxy(real string, r *request) ([]byte, error) {
 func (c *conn) responseEnd(resp []byte, r *request) (int, error) {
 	switch c.ad.proto() {
 	case protoHTTP:
-		_, n, err := httpproto.ResponseLen(resp, r.method)
+		_, n, err := http1.ResponseLen(resp, r.method)
 		if n < 0 {
 			return 0, nil // until EOF
 		}

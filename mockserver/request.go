@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/retrace-dev/retrace/mockserver/httpproto"
-	"github.com/retrace-dev/retrace/mockserver/mysql"
-	"github.com/retrace-dev/retrace/mockserver/redis"
+	"github.com/retrace-dev/retrace/wire/http1"
+	"github.com/retrace-dev/retrace/wire/mysql"
+	"github.com/retrace-dev/retrace/wire/redis"
 	"github.com/retrace-dev/retrace/recording"
 )
 
@@ -40,11 +40,11 @@ type request struct {
 }
 
 // httpRequest computes the features of one complete HTTP request.
-func httpRequest(msg []byte, h httpproto.Head, limit int) request {
-	body := httpproto.Body(msg, h, limit)
+func httpRequest(msg []byte, h http1.Head, limit int) request {
+	body := http1.Body(msg, h, limit)
 	canon := make([]byte, 0, len(h.Method)+1+len(h.Target)+1+len(body))
 	canon = append(append(append(append(append(canon, h.Method...), ' '), h.Target...), '\n'), body...)
-	return request{raw: msg, op: h.Method + " " + httpproto.NormalizePath(h.Target), key: h.Target,
+	return request{raw: msg, op: h.Method + " " + http1.NormalizePath(h.Target), key: h.Target,
 		canon: canon, body: body, method: h.Method}
 }
 

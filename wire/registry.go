@@ -4,8 +4,8 @@ import "fmt"
 
 // DetectBound is how many bytes of each side a Detector looks at: a
 // connection whose protocol no registered protocol is sure of by then is
-// raw.
-const DetectBound = 1024
+// raw. It is large enough for an HTTP request line with a long target.
+const DetectBound = 8 << 10
 
 // Registry is a table of protocols, in the order detection asks them, and
 // the protocol every undecided connection falls back to. It is read-only

@@ -114,14 +114,17 @@ type Framer interface {
 // Capture calls it under the connection's lock, in the order the bytes
 // were written and read. A Tap is made when the connection's protocol is
 // decided; when client bytes came before that (Detector.Client), capture
-// first passes them to Write as one write with answered true: they began
+// first passes them to Write as one write with begins true: they began
 // the call in progress, whose Setup the Filing then decides.
 type Tap interface {
 	// Write files client bytes p, written on a goroutine of trace tid
-	// ("" for none). answered says the connection's current call has had
-	// answer bytes (or there is no current call): capture then starts a
-	// new call unless the Filing says the bytes continue the current one.
-	Write(p []byte, tid string, answered bool) Filing
+	// ("" for none). begins says capture would start a new call with them:
+	// there is no current call, it has had answer bytes, or it is of
+	// another trace; the Filing may say they continue the current call
+	// instead (Continue), or that a call begun is set-up or not followed.
+	// When begins is false the bytes go on with the current call whatever
+	// the Filing says but its Trace.
+	Write(p []byte, tid string, begins bool) Filing
 	// Read tells whether server bytes p belong to the answer of the
 	// current call. false: that answer was already complete, and p
 	// answers a request not reported yet (net/http reads on another
@@ -141,8 +144,9 @@ type Filing struct {
 	// protocol knows better (a MySQL COM_STMT_CLOSE of a statement another
 	// request prepared belongs to that request).
 	Trace string
-	// Continue: the bytes continue the current call although it had an
-	// answer (an HTTP request body sent after "100 Continue").
+	// Continue: the bytes continue the current call of the same trace
+	// although it had an answer (an HTTP request body sent after "100
+	// Continue").
 	Continue bool
 	// Setup: when the bytes start a call, that call is connection set-up
 	// (DESIGN.md 3.4), answered per connection on replay.
@@ -152,6 +156,14 @@ type Filing struct {
 	// written, so nothing of it can be attributed to a trace).
 	Skip bool
 }
+
+// NoBook is the Book of a protocol that needs nothing destination-wide
+// (its client speaks first and every request is answered on its own).
+type NoBook struct{}
+
+func (NoBook) Learn(Call)                            {}
+func (NoBook) Greeting(uint32) []byte                { return nil }
+func (NoBook) Fallback(*Request) ([]byte, int, bool) { return nil, 0, false }
 
 // Call is a recorded downstream call as a protocol sees it.
 type Call struct {

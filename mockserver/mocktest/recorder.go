@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/retrace-dev/retrace/mockserver/httpproto"
-	"github.com/retrace-dev/retrace/mockserver/mysql"
-	"github.com/retrace-dev/retrace/mockserver/redis"
+	"github.com/retrace-dev/retrace/wire/http1"
+	"github.com/retrace-dev/retrace/wire/mysql"
+	"github.com/retrace-dev/retrace/wire/redis"
 	"github.com/retrace-dev/retrace/recording"
 )
 
@@ -106,7 +106,7 @@ type capConn struct {
 
 func (c *capConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
-	answered := c.cur != nil && len(c.cur.Response) > 0 && !(c.proto == "http" && len(httpproto.StripContinue(c.cur.Response)) == 0)
+	answered := c.cur != nil && len(c.cur.Response) > 0 && !(c.proto == "http" && len(http1.StripContinue(c.cur.Response)) == 0)
 	if answered || c.cur != nil && c.curTID != c.traceNow() {
 		// A write after the answer starts the next call (a body sent after
 		// 100 Continue still belongs to its request), and so does a write of

@@ -5,8 +5,8 @@ import (
 	"sync"
 
 	"github.com/retrace-dev/retrace/hook"
-	"github.com/retrace-dev/retrace/internal/httpframe"
-	"github.com/retrace-dev/retrace/mockserver/mysql"
+	"github.com/retrace-dev/retrace/wire/http1"
+	"github.com/retrace-dev/retrace/wire/mysql"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
 )
@@ -80,7 +80,7 @@ type call struct {
 	keep       bool // bytes are stored: the call belongs (or may belong) to a session
 	start, end int64
 	req, resp  payload
-	framer     *httpframe.Response // HTTP: where the response ends (nil for other protocols: most calls)
+	framer     *http1.Response // HTTP: where the response ends (nil for other protocols: most calls)
 	// MySQL: the call ends with a COM_STMT_PREPARE; its answer's first
 	// bytes (up to the statement id) are kept in head until they tell the
 	// statement id.
@@ -91,9 +91,9 @@ type call struct {
 
 // httpFramer returns the call's response framer, made if the call began
 // before its connection was known to be HTTP.
-func (c *call) httpFramer() *httpframe.Response {
+func (c *call) httpFramer() *http1.Response {
 	if c.framer == nil {
-		c.framer = &httpframe.Response{}
+		c.framer = &http1.Response{}
 	}
 	return c.framer
 }
@@ -236,7 +236,7 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 		cur.prepare = oc.authed && endsWithPrepare(p)
 		oc.authed = true
 	case protoHTTP:
-		cur.framer = &httpframe.Response{NoBody: bytes.HasPrefix(p, []byte("HEAD "))}
+		cur.framer = &http1.Response{NoBody: bytes.HasPrefix(p, []byte("HEAD "))}
 	}
 	// the session is looked up here rather than in place: the deepest frame
 	// on this path is what makes the runtime grow a client's stack

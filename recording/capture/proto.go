@@ -3,8 +3,8 @@ package capture
 import (
 	"bytes"
 
-	"github.com/retrace-dev/retrace/mockserver/mysql"
-	"github.com/retrace-dev/retrace/mockserver/redis"
+	"github.com/retrace-dev/retrace/wire/mysql"
+	"github.com/retrace-dev/retrace/wire/redis"
 	"github.com/retrace-dev/retrace/recording"
 )
 

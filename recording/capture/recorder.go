@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/retrace-dev/retrace/hook"
-	"github.com/retrace-dev/retrace/internal/httpframe"
+	"github.com/retrace-dev/retrace/wire/http1"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
 )
@@ -205,7 +205,7 @@ type active struct {
 	arena  arena // the bytes of req and resp
 	req    payload
 	resp   payload
-	framer httpframe.Response
+	framer http1.Response
 
 	at            time.Time // wall clock at the request's start
 	start         int64     // Recorder.now at the request's start

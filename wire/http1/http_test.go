@@ -1,4 +1,4 @@
-package httpproto_test
+package http1_test
 
 import (
 	"bufio"
@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/retrace-dev/retrace/mockserver/httpproto"
+	"github.com/retrace-dev/retrace/wire/http1"
 )
 
 func TestRequestLen(t *testing.T) {
@@ -35,7 +35,7 @@ func TestRequestLen(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h, n, err := httpproto.RequestLen([]byte(tc.in))
+			h, n, err := http1.RequestLen([]byte(tc.in))
 			if (err != nil) != tc.err || n != tc.n || (h.HeadLen > 0) != tc.headDone || h.Expect100 != tc.expect100 {
 				t.Fatalf("RequestLen(%q) = %+v %d %v", tc.in, h, n, err)
 			}
@@ -56,7 +56,7 @@ func TestResponseLen(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, n, err := httpproto.ResponseLen([]byte(tc.in), tc.method); n != tc.n || err != nil {
+			if _, n, err := http1.ResponseLen([]byte(tc.in), tc.method); n != tc.n || err != nil {
 				t.Fatalf("ResponseLen = %d, %v; want %d", n, err, tc.n)
 			}
 		})
@@ -71,17 +71,17 @@ func TestBodyDecodesChunkedGzip(t *testing.T) {
 	z := gz.Bytes()
 	msg := "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Encoding: gzip\r\n\r\n" +
 		fmt.Sprintf("%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n", 5, z[:5], len(z[5:]), z[5:])
-	h, n, err := httpproto.RequestLen([]byte(msg))
+	h, n, err := http1.RequestLen([]byte(msg))
 	if err != nil || n != len(msg) {
 		t.Fatalf("RequestLen: %d of %d, %v", n, len(msg), err)
 	}
-	if b := httpproto.Body([]byte(msg), h, 1<<20); string(b) != `{"a":1}` {
+	if b := http1.Body([]byte(msg), h, 1<<20); string(b) != `{"a":1}` {
 		t.Fatalf("Body = %q", b)
 	}
 }
 
 func TestErrorResponseIsValidHTTP(t *testing.T) {
-	b := httpproto.ErrorResponse(502, "retrace: no mock for\r\nGET /x")
+	b := http1.ErrorResponse(502, "retrace: no mock for\r\nGET /x")
 	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(b)), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func TestErrorResponseIsValidHTTP(t *testing.T) {
 }
 
 func TestStripContinueAndNormalizePath(t *testing.T) {
-	if got := httpproto.StripContinue([]byte("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\n")); string(got) != "HTTP/1.1 200 OK\r\n\r\n" {
+	if got := http1.StripContinue([]byte("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\n")); string(got) != "HTTP/1.1 200 OK\r\n\r\n" {
 		t.Fatalf("StripContinue = %q", got)
 	}
 	for in, want := range map[string]string{
@@ -101,7 +101,7 @@ func TestStripContinueAndNormalizePath(t *testing.T) {
 		"/v1/orders":    "/v1/orders",
 		"/o/0f8fad5b-d9cb-469f-a165-70867728950e/items/7": "/o/*/items/*",
 	} {
-		if got := httpproto.NormalizePath(in); got != want {
+		if got := http1.NormalizePath(in); got != want {
 			t.Errorf("NormalizePath(%q) = %q, want %q", in, got, want)
 		}
 	}
@@ -114,7 +114,7 @@ func FuzzRequestLen(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		h, n, err := httpproto.RequestLen(b)
+		h, n, err := http1.RequestLen(b)
 		if err != nil {
 			return
 		}
@@ -122,11 +122,11 @@ func FuzzRequestLen(f *testing.F) {
 			t.Fatalf("n %d head %d for %d bytes", n, h.HeadLen, len(b))
 		}
 		if n > 0 {
-			if body := httpproto.Body(b[:n], h, 1<<16); len(body) > max(n, 1<<16) {
+			if body := http1.Body(b[:n], h, 1<<16); len(body) > max(n, 1<<16) {
 				t.Fatalf("body of %d bytes from %d", len(body), n)
 			}
 		}
-		httpproto.NormalizePath(h.Target)
+		http1.NormalizePath(h.Target)
 	})
 }
 
@@ -136,10 +136,10 @@ func FuzzResponseLen(f *testing.F) {
 		f.Add([]byte(s), "GET")
 	}
 	f.Fuzz(func(t *testing.T, b []byte, method string) {
-		if _, n, err := httpproto.ResponseLen(b, method); err == nil && n > len(b) {
+		if _, n, err := http1.ResponseLen(b, method); err == nil && n > len(b) {
 			t.Fatalf("n %d for %d bytes", n, len(b))
 		}
-		if s := httpproto.StripContinue(b); len(s) > len(b) {
+		if s := http1.StripContinue(b); len(s) > len(b) {
 			t.Fatal("StripContinue grew")
 		}
 	})

@@ -1,4 +1,4 @@
-package httpproto_test
+package http1_test
 
 import (
 	"testing"

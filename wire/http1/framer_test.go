@@ -1,4 +1,4 @@
-package httpframe
+package http1
 
 import (
 	"bytes"

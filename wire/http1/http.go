@@ -1,9 +1,9 @@
-// Package httpproto knows the parts of HTTP/1.1 the mock server needs: the
-// boundaries of requests and responses (Content-Length, chunked transfer
-// coding, bodiless responses), `Expect: 100-continue`, decoding of chunked
-// and gzip bodies for comparison, and the error response of a missing mock.
-// It parses untrusted bytes and never panics on them.
-package httpproto
+// Message boundaries of requests and responses (Content-Length, chunked
+// transfer coding, bodiless responses), `Expect: 100-continue`, decoding of
+// chunked and gzip bodies for comparison, and the error response of a
+// missing mock.
+
+package http1
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 )
 
 // ErrSyntax reports bytes that are not an HTTP/1.x message.
-var ErrSyntax = errors.New("httpproto: malformed message")
+var ErrSyntax = errors.New("http1: malformed message")
 
 // Continue is the interim response that tells a client waiting on
 // `Expect: 100-continue` to send its body.

@@ -1,9 +1,10 @@
-// Package httpframe finds where an HTTP/1.x response ends in the bytes that
+// Response framing: where an HTTP/1.x response ends in the bytes that
 // carry it, as they are written or read in pieces of any size, without
 // keeping its body. The agent uses it to tell the responses of pipelined
-// requests apart on an accepted connection, and the recorder to end a
-// session, or a downstream HTTP call, when its response is complete.
-package httpframe
+// requests apart on an accepted connection, and capture to end a session,
+// or a downstream HTTP call, when its response is complete.
+
+package http1
 
 import (
 	"bytes"

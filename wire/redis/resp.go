@@ -1,8 +1,5 @@
-// Package redis knows the parts of RESP2 and RESP3 the mock server needs:
-// the boundaries of client commands (arrays of bulk strings and inline
-// commands) and of server replies of every RESP3 type, which commands are
-// connection set-up, and the replies the mock server makes up itself. It
-// parses untrusted bytes and never panics on them.
+// RESP framing: client commands and server replies.
+
 package redis
 
 import (

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/retrace-dev/retrace/mockserver/mysql"
+	"github.com/retrace-dev/retrace/wire/mysql"
 )
 
 func packet(seq byte, p []byte) []byte {

@@ -1,7 +1,5 @@
-// Package mysql knows the parts of the MySQL client/server protocol the mock
-// server needs: packet framing, the server greeting, OK and error packets,
-// the command bytes, prepared-statement ids and SQL normalisation. It parses
-// untrusted bytes and never panics on them.
+// Packet framing, OK and error packets, prepared-statement ids.
+
 package mysql
 
 import (

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/retrace-dev/retrace/mockserver/redis"
+	"github.com/retrace-dev/retrace/wire/redis"
 )
 
 func TestParseCommand(t *testing.T) {

@@ -1,0 +1,9 @@
+// Package redis is RESP2 and RESP3 for retrace (wire.Protocol "redis"):
+// detection of a connection from a RESP array or an inline command, the
+// boundaries of client commands (arrays of bulk strings and inline
+// commands) and of server replies of every RESP3 type, which commands are
+// connection set-up, the match features of a command, the replies the
+// mock server makes up itself, and a command-line form ("SET k v") of
+// commands and replies. It parses untrusted bytes and never panics on
+// them.
+package redis

@@ -47,6 +47,8 @@ func (c *conn) newAdapter(proto string) adapter {
 		return &httpAdapter{max: c.s.cfg.MaxMessage}
 	case protoRedis:
 		return &redisAdapter{max: c.s.cfg.MaxMessage}
+	case protoPostgres:
+		return c.newPostgresAdapter()
 	case protoMySQL:
 		a := &mysqlAdapter{max: c.s.cfg.MaxMessage, stmts: map[uint32]string{}, owners: map[uint32]string{}}
 		a.greet = c.mysqlGreeting
@@ -144,7 +146,7 @@ func (a *redisAdapter) missing(_ request, reason string) []byte {
 
 // ---- MySQL ----
 
-var mysqlConnID atomic.Uint32
+var mysqlConnID, pgConnID atomic.Uint32
 
 type mysqlAdapter struct {
 	max     int

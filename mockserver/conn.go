@@ -149,7 +149,11 @@ func (c *conn) run() error {
 			continue
 		}
 		if c.ad == nil {
-			c.ad = c.newAdapter(sniff(c.buf))
+			p := sniff(c.buf)
+			if p == "" {
+				continue
+			}
+			c.ad = c.newAdapter(p)
 		}
 		if err := c.process(); err != nil {
 			return err

@@ -5,10 +5,11 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/wire"
 	"github.com/retrace-dev/retrace/wire/http1"
 	"github.com/retrace-dev/retrace/wire/mysql"
 	"github.com/retrace-dev/retrace/wire/redis"
-	"github.com/retrace-dev/retrace/recording"
 )
 
 // index holds the loaded recordings. It keeps the decoded sessions as they
@@ -78,6 +79,7 @@ type dstInfo struct {
 	setupOp  map[string]setupAns // operation → first answer
 	prepares map[string]setupAns // MySQL: SQL text → COM_STMT_PREPARE answer
 	stmtSQL  map[uint32]string   // MySQL: recorded statement id → SQL, from any recording
+	book     wire.Book           // PostgreSQL: what every recording says (see postgres.go)
 }
 
 type setupAns struct {
@@ -107,6 +109,10 @@ func (ix *index) add(s *recording.Session) {
 		}
 		if c.Proto == protoMySQL {
 			ix.addMySQL(d, c)
+		}
+		if c.Proto == protoPostgres {
+			d.learnPostgres(c)
+			continue // its set-up is answered by the protocol itself
 		}
 		if c.Setup {
 			for _, u := range splitCall(c, nil) {
@@ -266,8 +272,26 @@ func (ix *index) buildUnits(s *recording.Session) map[string]*dstUnits {
 		id   uint32
 	}
 	stmts := map[connStmt]string{}
+	pg := postgresUnits{ix: ix}
 	for i := range s.Calls {
 		c := &s.Calls[i]
+		if c.Proto == protoPostgres {
+			// every call, set-up included, in order: a unit may span calls
+			for _, u := range pg.units(c) {
+				if u.req.setup {
+					continue
+				}
+				du := out[c.Dst]
+				if du == nil {
+					du = &dstUnits{byOp: map[string][]int{}}
+					out[c.Dst] = du
+				}
+				u.call = i
+				du.byOp[u.req.op] = append(du.byOp[u.req.op], len(du.units))
+				du.units = append(du.units, u)
+			}
+			continue
+		}
 		if c.Proto == protoMySQL {
 			if p := lastMySQLMessage(c.Request); len(p) > 1 && p[0] == mysql.ComStmtPrepare {
 				if id, ok := mysql.StmtID(c.Response); ok {

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/wire"
 	"github.com/retrace-dev/retrace/wire/http1"
 	"github.com/retrace-dev/retrace/wire/mysql"
 	"github.com/retrace-dev/retrace/wire/redis"
-	"github.com/retrace-dev/retrace/recording"
 )
 
 // Protocol names, as in recording.Call.Proto.
@@ -123,8 +124,14 @@ func rawRequest(msg []byte) request {
 }
 
 // sniff guesses the protocol of a destination with no recording from the
-// first bytes a client sent.
+// first bytes a client sent; "" means more bytes decide.
 func sniff(b []byte) string {
+	switch pgProto.Detect(b, nil) {
+	case wire.Sure:
+		return protoPostgres
+	case wire.NotYet:
+		return "" // at most a start-up packet's length (10000 bytes)
+	}
 	if i := bytes.IndexByte(b, ' '); i > 0 && i < 10 {
 		switch string(b[:i]) {
 		case "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH", "CONNECT", "TRACE":

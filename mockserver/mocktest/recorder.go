@@ -7,10 +7,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/wire/http1"
 	"github.com/retrace-dev/retrace/wire/mysql"
+	"github.com/retrace-dev/retrace/wire/postgres"
 	"github.com/retrace-dev/retrace/wire/redis"
-	"github.com/retrace-dev/retrace/recording"
 )
 
 // Recorder captures the bytes real clients exchange with real servers and
@@ -177,6 +178,8 @@ func (c *capConn) isSetup(call *recording.Call) bool {
 	case "redis":
 		args, n, err := redis.ParseCommand(call.Request, len(call.Request))
 		return err == nil && n > 0 && redis.IsSetup(args)
+	case postgres.Proto:
+		return postgres.SetupWrite(call.Request)
 	case "mysql":
 		if c.n < 2 { // the greeting, then the handshake response and its answer
 			return true

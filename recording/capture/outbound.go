@@ -5,10 +5,10 @@ import (
 	"sync"
 
 	"github.com/retrace-dev/retrace/hook"
-	"github.com/retrace-dev/retrace/wire/http1"
-	"github.com/retrace-dev/retrace/wire/mysql"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
+	"github.com/retrace-dev/retrace/wire/http1"
+	"github.com/retrace-dev/retrace/wire/mysql"
 )
 
 // maxEarly bounds the response bytes an HTTP connection keeps while waiting
@@ -231,6 +231,8 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	switch oc.proto {
 	case protoRedis:
 		cur.setup = isSetupRedis(p)
+	case protoPG:
+		cur.setup = isSetupPostgres(p)
 	case protoMySQL:
 		cur.setup = !oc.authed || isSetupMySQL(p)
 		cur.prepare = oc.authed && endsWithPrepare(p)

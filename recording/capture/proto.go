@@ -3,9 +3,11 @@ package capture
 import (
 	"bytes"
 
-	"github.com/retrace-dev/retrace/wire/mysql"
-	"github.com/retrace-dev/retrace/wire/redis"
 	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/wire"
+	"github.com/retrace-dev/retrace/wire/mysql"
+	"github.com/retrace-dev/retrace/wire/postgres"
+	"github.com/retrace-dev/retrace/wire/redis"
 )
 
 // Protocols of recorded calls (DESIGN.md 3.4).
@@ -14,6 +16,7 @@ const (
 	protoRedis = recording.ProtoRedis
 	protoMySQL = recording.ProtoMySQL
 	protoRaw   = recording.ProtoRaw
+	protoPG    = postgres.Proto
 )
 
 // detectClient names the protocol of a connection whose client spoke
@@ -24,6 +27,8 @@ func detectClient(p []byte) string {
 		return protoHTTP
 	case len(p) >= 2 && p[0] == '*' && p[1] >= '0' && p[1] <= '9':
 		return protoRedis
+	case postgres.Detect(p) == wire.Sure:
+		return protoPG
 	}
 	return protoRaw
 }
@@ -127,3 +132,7 @@ func isSetupMySQL(req []byte) bool {
 	}
 	return mysql.IsSetupQuery(string(p[1:]))
 }
+
+// isSetupPostgres reports whether a PostgreSQL write is connection set-up
+// (start-up packets, authentication, a ping, Terminate).
+func isSetupPostgres(req []byte) bool { return postgres.SetupWrite(req) }

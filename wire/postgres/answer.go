@@ -117,7 +117,7 @@ func (a *answerer) Synth(r *wire.Request) []byte {
 // startup returns the answer to a StartupMessage.
 func (a *answerer) startup() []byte {
 	out := encode(nil, &pgproto3.AuthenticationOk{})
-	params := a.b.params
+	params := a.b.startupParams()
 	if params == nil {
 		params = defaultParams
 	}
@@ -156,8 +156,8 @@ func (a *answerer) prepare(ms []Message) []byte {
 			if p.Decode(m.Body) != nil {
 				return a.errorThenReady("08P01", "retrace: malformed Parse message")
 			}
-			ans, ok := a.b.parsed[p.Query]
-			if !ok {
+			ans, _ := a.b.answers(p.Query)
+			if ans == nil {
 				ans = encode(nil, &pgproto3.ParseComplete{})
 			}
 			out = append(out, ans...)
@@ -168,7 +168,7 @@ func (a *answerer) prepare(ms []Message) []byte {
 				return a.errorThenReady("08P01", "retrace: malformed Describe message")
 			}
 			s, ok := a.names.stmt(d.Name)
-			ans := a.b.descr[s.sql]
+			_, ans := a.b.answers(s.sql)
 			if !ok || ans == nil {
 				ans = errorResponse("26000", fmt.Sprintf("retrace: no recording describes prepared statement %q", d.Name))
 			}

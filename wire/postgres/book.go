@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"encoding/binary"
+	"sync"
 
 	"github.com/retrace-dev/retrace/wire"
 )
@@ -13,6 +14,9 @@ import (
 // under on each recorded connection. A statement prepared on one
 // connection when recording is known on every connection in replay.
 type book struct {
+	// mu: Learn writes while the mock server loads sessions on demand and
+	// serves connections that read
+	mu      sync.RWMutex
 	params  [][]byte            // ParameterStatus messages of the first recorded start-up
 	parsed  map[string][]byte   // SQL → the answer to its Parse
 	descr   map[string][]byte   // SQL → the answer to Describe of the statement
@@ -36,9 +40,11 @@ func newBook() *book {
 // Learn reads one recorded call: the ParameterStatus messages of a
 // start-up, and the statements a call prepared with their answers.
 func (b *book) Learn(c wire.Call) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if len(c.Request) > 0 && (c.Request[0] == 0 || c.Request[0] == Password) {
 		if b.params == nil {
-			b.params = startupParams(c.Response)
+			b.params = paramStatuses(c.Response)
 		}
 		return
 	}
@@ -95,12 +101,16 @@ func (b *book) Fallback(*wire.Request) ([]byte, int, bool) { return nil, 0, fals
 
 // described reports whether some recording described sql's statement.
 func (b *book) described(sql string) bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
 	_, ok := b.descr[sql]
 	return ok
 }
 
 // stmtOn resolves a statement name on a recorded connection.
 func (b *book) stmtOn(conn int64, name string) (stmt, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
 	if q, ok := b.onConn[connName{conn, name}]; ok {
 		return stmt{sql: q}, true
 	}
@@ -110,9 +120,30 @@ func (b *book) stmtOn(conn int64, name string) (stmt, bool) {
 	return stmt{}, false
 }
 
-// startupParams returns the ParameterStatus messages of a recorded
+// answers returns the recorded answers to sql's Parse and Describe (nil
+// when none was recorded), and the start-up's ParameterStatus messages.
+func (b *book) answers(sql string) (parsed, descr []byte) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.parsed[sql], b.descr[sql]
+}
+
+func (b *book) startupParams() [][]byte {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.params
+}
+
+// typesOf returns the parameter types recorded for sql's statement.
+func (b *book) typesOf(sql string) []uint32 {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.types[sql]
+}
+
+// paramStatuses returns the ParameterStatus messages of a recorded
 // start-up answer.
-func startupParams(resp []byte) [][]byte {
+func paramStatuses(resp []byte) [][]byte {
 	var out [][]byte
 	Messages(resp, false, false, func(m Message) bool {
 		if m.Type == ParameterStatus {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/lib/pq"
@@ -34,6 +35,9 @@ type pgClient struct {
 	name  string
 	open  func(t *testing.T, url string) pgConn
 	batch bool // the work sends its statements as one pgx Batch
+	// features: the work uses COPY both ways, a pipeline of two syncs,
+	// LISTEN/NOTIFY and a NOTICE
+	features bool
 }
 
 // pgConn is what a request's work needs of a client.
@@ -55,6 +59,7 @@ var pgClients = []pgClient{
 	{name: "pgx_batch", open: pgxOpen(pgx.QueryExecModeCacheStatement), batch: true},
 	{name: "lib_pq", open: sqlOpen("postgres")},
 	{name: "pgx_stdlib", open: sqlOpen("pgx")},
+	{name: "pgx_protocol", open: pgxOpen(pgx.QueryExecModeCacheStatement), features: true},
 }
 
 // pgPoolSize is small against 128 concurrent traces: every connection
@@ -70,15 +75,21 @@ func pgxOpen(mode pgx.QueryExecMode) func(t *testing.T, url string) pgConn {
 		}
 		cfg.MaxConns = pgPoolSize
 		cfg.ConnConfig.DefaultQueryExecMode = mode
+		c := pgxConn{notices: &sync.Map{}}
+		cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { c.notices.Store(n.Message, true) }
 		p, err := pgxpool.NewWithConfig(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return pgxConn{p}
+		c.p = p
+		return c
 	}
 }
 
-type pgxConn struct{ p *pgxpool.Pool }
+type pgxConn struct {
+	p       *pgxpool.Pool
+	notices *sync.Map // messages of the notices received
+}
 
 func (c pgxConn) row(ctx context.Context, q string, args ...any) ([]string, error) {
 	rows, err := c.p.Query(ctx, q, args...)
@@ -203,7 +214,7 @@ var _ = pq.Driver{}             // registers "postgres"
 // pgWork is one request of the service: an insert of values of many
 // types unique to request i, a transaction updating the row, and a query
 // reading it back with typed parameters.
-func pgWork(ctx context.Context, c pgConn, batch bool, table string, i int, nonce string) (string, error) {
+func pgWork(ctx context.Context, c pgConn, batch, features bool, table string, i int, nonce string) (string, error) {
 	id := i + 1
 	name := fmt.Sprintf("n%d-%s", i, nonce)
 	day := time.Date(2026, 1, 1+i%28, 0, 0, 0, 0, time.UTC)
@@ -213,6 +224,9 @@ func pgWork(ctx context.Context, c pgConn, batch bool, table string, i int, nonc
 	insert := []any{"INSERT INTO " + table + " (id, name, amount, ok, data, u, doc, day, at, tags) VALUES ($1, $2, $3::numeric, $4, $5, $6::uuid, $7::jsonb, $8, $9, $10)",
 		id, name, fmt.Sprintf("%d.25", i), i%2 == 0, []byte{byte(i), 0xff}, uuid, doc, day, at, []int32{int32(i), int32(i * 2)}}
 	read := "SELECT name, amount::text, ok::text, encode(data, 'hex'), u::text, doc->>'nonce', day::text, tags::text, n::text FROM " + table + " WHERE id = $1 AND name = $2"
+	if features {
+		return pgFeatures(ctx, c.(pgxConn), table, id, name)
+	}
 	if batch {
 		pc := c.(pgxConn)
 		got, err := pc.sendBatch(ctx, [][]any{insert, {"UPDATE " + table + " SET n = n + $2 WHERE id = $1", id, 3}, {read, id, name}})
@@ -228,6 +242,86 @@ func pgWork(ctx context.Context, c pgConn, batch bool, table string, i int, nonc
 	// an error the application handles: a duplicate key
 	_, dupErr := c.row(ctx, "INSERT INTO "+table+" (id, name) VALUES ($1, $2) RETURNING id", id, "dup")
 	return strings.Join(got, "|") + "|" + pgErrCode(dupErr), nil
+}
+
+// pgFeatures is the work of a request that uses what the protocol has
+// beyond queries, on one connection of the pool: COPY FROM STDIN (pgx's
+// binary CopyFrom, which describes the table first), COPY TO STDOUT, a
+// pipeline of three queries and two syncs, LISTEN and a notification to
+// itself, and a NOTICE raised by a DO block.
+func pgFeatures(ctx context.Context, c pgxConn, table string, id int, name string) (string, error) {
+	conn, err := c.p.Acquire(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Release()
+	pc := conn.Conn().PgConn()
+	var out []string
+	n, err := conn.CopyFrom(ctx, pgx.Identifier{table}, []string{"id", "name"},
+		pgx.CopyFromRows([][]any{{id, name}, {id + 10000, name + "-b"}}))
+	if err != nil {
+		return "", fmt.Errorf("copy from: %w", err)
+	}
+	out = append(out, name, strconv.FormatInt(n, 10))
+	var buf strings.Builder
+	if _, err := pc.CopyTo(ctx, &buf, fmt.Sprintf("COPY (SELECT id, name FROM %s WHERE id IN (%d, %d) ORDER BY id) TO STDOUT", table, id, id+10000)); err != nil {
+		return "", fmt.Errorf("copy to: %w", err)
+	}
+	out = append(out, strings.ReplaceAll(buf.String(), "\n", ";"))
+	p := pc.StartPipeline(ctx)
+	p.SendQueryParams("SELECT $1::int + 1", [][]byte{[]byte(strconv.Itoa(id))}, nil, nil, nil)
+	p.SendQueryParams("SELECT upper($1::text)", [][]byte{[]byte(name)}, nil, nil, nil)
+	p.SendPipelineSync()
+	p.SendQueryParams("SELECT count(*) FROM "+table+" WHERE id = $1", [][]byte{[]byte(strconv.Itoa(id))}, nil, nil, nil)
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		return "", fmt.Errorf("pipeline: %w", err)
+	}
+	for syncs := 0; syncs < 2; {
+		res, err := p.GetResults()
+		if err != nil {
+			return "", fmt.Errorf("pipeline results: %w", err)
+		}
+		switch r := res.(type) {
+		case *pgconn.ResultReader:
+			got := r.Read()
+			if got.Err != nil {
+				return "", got.Err
+			}
+			for _, row := range got.Rows {
+				out = append(out, string(row[0]))
+			}
+		case *pgconn.PipelineSync:
+			syncs++
+		}
+	}
+	if err := p.Close(); err != nil {
+		return "", fmt.Errorf("pipeline close: %w", err)
+	}
+	ch := fmt.Sprintf("ch_%d", id)
+	if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
+		return "", fmt.Errorf("listen: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_notify($1, $2)", ch, name); err != nil {
+		return "", fmt.Errorf("notify: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	note, err := conn.Conn().WaitForNotification(wctx)
+	cancel()
+	if err != nil {
+		return "", fmt.Errorf("waiting for the notification: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "UNLISTEN "+ch); err != nil {
+		return "", fmt.Errorf("unlisten: %w", err)
+	}
+	out = append(out, note.Channel+"="+note.Payload)
+	msg := "notice " + name
+	if _, err := conn.Exec(ctx, fmt.Sprintf("DO $$ BEGIN RAISE NOTICE '%s'; END $$", msg)); err != nil {
+		return "", fmt.Errorf("notice: %w", err)
+	}
+	_, noticed := c.notices.LoadAndDelete(msg)
+	out = append(out, "noticed "+strconv.FormatBool(noticed))
+	return strings.Join(out, "|"), nil
 }
 
 func pgErrCode(err error) string {
@@ -323,7 +417,7 @@ func pgService(t *testing.T, cl pgClient, url, table, nonce string) (*http.Serve
 	}
 	return &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		i, _ := strconv.Atoi(r.URL.Query().Get("i"))
-		s, err := pgWork(r.Context(), c, cl.batch, table, i, nonce)
+		s, err := pgWork(r.Context(), c, cl.batch, cl.features, table, i, nonce)
 		if err != nil {
 			http.Error(w, err.Error(), 500)
 			return
@@ -396,8 +490,10 @@ func pgRecordAndReplay(t *testing.T, cl pgClient, realURL string) {
 		t.Fatal(err)
 	}
 	stopPG()
+	t.Logf("recorded answer of request 1: %s", want[1])
 	for i, w := range want {
-		if !strings.HasPrefix(w, fmt.Sprintf("n%d-%s|", i, nonce)) || !cl.batch && !strings.HasSuffix(w, "|23505") {
+		if !strings.HasPrefix(w, fmt.Sprintf("n%d-%s|", i, nonce)) || !cl.batch && !cl.features && !strings.HasSuffix(w, "|23505") ||
+			cl.features && !strings.HasSuffix(w, "|noticed true") {
 			t.Fatalf("recording request %d: %s", i, w)
 		}
 	}

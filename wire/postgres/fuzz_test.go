@@ -3,6 +3,9 @@ package postgres_test
 import (
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/retrace-dev/retrace/wire"
+
 	"github.com/retrace-dev/retrace/wire/postgres"
 )
 
@@ -55,4 +58,43 @@ func containsQuoteOrComment(q string) bool {
 		}
 	}
 	return false
+}
+
+// FuzzExchange runs arbitrary client and server bytes through a
+// recording's session (whole, and with the answer cut in two calls), the
+// book, an answerer and both decoders: nothing panics, and the units do
+// not depend on where the answer was cut.
+func FuzzExchange(f *testing.F) {
+	prep, exec := prepareCall("s1"), execCall("s1", 42, "ann")
+	f.Add(append(prep.Request, exec.Request...), append(prep.Response, exec.Response...), uint16(9))
+	f.Add(msg('Q', "copy t from stdin\x00"), enc(&pgproto3.CopyInResponse{}), uint16(2))
+	f.Add(startup("user", "u"), enc(&pgproto3.AuthenticationOk{}, &pgproto3.ReadyForQuery{TxStatus: 'I'}), uint16(3))
+	f.Fuzz(func(t *testing.T, req, resp []byte, cut uint16) {
+		p := postgres.Protocol{}
+		b := p.NewBook()
+		b.Learn(wire.Call{Request: req, Response: resp, Conn: 1})
+		whole := p.NewSession(b).Units(wire.Call{Request: req, Response: resp, Conn: 1})
+		c := int(cut) % (len(resp) + 1)
+		s := p.NewSession(b)
+		split := append(s.Units(wire.Call{Request: req, Response: resp[:c], Conn: 1}), s.Units(wire.Call{Response: resp[c:], Conn: 1})...)
+		if len(whole) > 0 && whole[0].Req.Op != "?" && len(split) != len(whole) {
+			t.Fatalf("%d units whole, %d with the answer cut at %d", len(whole), len(split), c)
+		}
+		a := p.NewAnswerer(wire.Env{Book: b, MaxMessage: 1 << 16})
+		buf := req
+		for range 64 {
+			r, n, _, err := a.Next(buf)
+			if err != nil || n == 0 {
+				break
+			}
+			if r.Local {
+				a.Synth(&r)
+			} else {
+				a.Missing(&r, "fuzz")
+			}
+			buf = buf[n:]
+		}
+		p.Decode(wire.Client, req)
+		p.Decode(wire.Server, resp)
+	})
 }

@@ -4,7 +4,7 @@ import "strings"
 
 // NormalizeSQL returns q with every literal replaced by '?' — quoted
 // strings ('…', E'…', dollar-quoted $tag$…$tag$) and numbers, but not
-// parameters ($1) — comments dropped, white space collapsed, a final ';'
+// parameters ($1) — comments dropped, white space collapsed, final semicolons
 // removed, and the literals in order. Two statements that differ only in
 // their values normalise to the same text; quoted identifiers ("…") are
 // kept.
@@ -107,7 +107,7 @@ func NormalizeSQL(q string) (norm string, literals []string) {
 			i = j
 		}
 	}
-	return strings.TrimSuffix(strings.TrimRight(b.String(), " "), ";"), literals
+	return strings.TrimRight(b.String(), "; "), literals
 }
 
 // dollarTag returns the length of the dollar-quote tag ($$ or $name$) at

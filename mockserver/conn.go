@@ -9,11 +9,12 @@ import (
 	"io"
 	"net"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/retrace-dev/retrace/trace"
+	"github.com/retrace-dev/retrace/wire"
+	"github.com/retrace-dev/retrace/wire/protocols"
 )
 
 // errQuit ends a connection whose client said goodbye (COM_QUIT, QUIT,
@@ -29,7 +30,8 @@ type conn struct {
 	ctx context.Context
 
 	dst    string
-	ad     adapter
+	proto  wire.Protocol // with ad, once known
+	ad     wire.Answerer
 	buf    []byte // payload bytes of requests not yet complete
 	msgTID string // trace of the request being assembled
 	out    []byte // answers not yet written
@@ -137,8 +139,8 @@ func (c *conn) run() error {
 				return c.passthrough(real)
 			}
 			if p := c.s.protoFor(c.dst); p != "" {
-				c.ad = c.newAdapter(p)
-				if g := c.ad.greeting(); g != nil {
+				c.ad = c.newAnswerer(protocols.All.For(p))
+				if g := c.ad.Greeting(); g != nil {
 					if err := c.write(g); err != nil {
 						return err
 					}
@@ -149,11 +151,10 @@ func (c *conn) run() error {
 			continue
 		}
 		if c.ad == nil {
-			p := sniff(c.buf)
-			if p == "" {
-				continue
-			}
-			c.ad = c.newAdapter(p)
+			// no recording names the destination: its answers will be
+			// missing mocks, spelled in the protocol its first bytes are
+			// sure to be (raw, which closes the connection, when none is)
+			c.ad = c.newAnswerer(protocols.All.DetectNow(c.buf, nil))
 		}
 		if err := c.process(); err != nil {
 			return err
@@ -243,9 +244,9 @@ func (c *conn) process() error {
 	off := 0
 	var quit error
 	for off < len(c.buf) {
-		r, n, interim, err := c.ad.next(c.buf[off:])
+		r, n, interim, err := c.ad.Next(c.buf[off:])
 		if err != nil {
-			return fmt.Errorf("%s request to %s: %w", c.ad.proto(), c.dst, err)
+			return fmt.Errorf("%s request to %s: %w", c.proto.Name(), c.dst, err)
 		}
 		c.out = append(c.out, interim...)
 		if n == 0 {
@@ -257,7 +258,7 @@ func (c *conn) process() error {
 		c.s.metrics.latency.Observe((c.clock - start).Seconds())
 		c.awaitSent()
 		off += n
-		if r.quit || closeAfter {
+		if r.Quit || closeAfter {
 			quit = errQuit
 			break
 		}
@@ -304,36 +305,38 @@ func (c *conn) armRead(now time.Duration) {
 // answer appends the answer to r to c.out. It reports whether the
 // connection must close after it (a missing mock in a protocol without an
 // error message).
-func (c *conn) answer(r *request) (closeAfter bool) {
+func (c *conn) answer(r *wire.Request) (closeAfter bool) {
 	s := c.s
-	proto := c.ad.proto()
+	proto := c.proto.Name()
 	c.requests.inc(s.metrics.requests, proto)
 	tid := c.msgTID
-	if r.owner != "" {
-		tid = r.owner
+	if r.Owner != "" {
+		tid = r.Owner
 	}
 	var ts *traceState
 	if tid != "" {
 		ts = c.traceState(tid)
 	}
-	oc := ObservedCall{Proto: proto, Dst: c.dst, Setup: r.setup, Request: r.raw, Matched: -1, Statement: r.stmt}
+	oc := ObservedCall{Proto: proto, Dst: c.dst, Setup: r.Setup, Request: r.Raw, Matched: -1, Statement: r.Stmt}
 	var out []byte
 	reason := ""
 	observed := false
 	switch {
-	case r.local:
-		out = c.ad.synth(*r)
+	case r.Local:
+		out = c.ad.Synth(r)
 		oc.Matched, oc.Strategy, oc.Synthesized = 0, "setup", true
-	case r.setup:
+	case r.Setup:
 		if a, ok := s.idx.answerSetup(c.dst, r); ok {
-			out = c.ad.reply(*r, a.resp)
+			out = c.ad.Reply(r, a.resp)
 			oc.Matched, oc.Strategy, oc.Score = a.seq, "setup", 1
 		} else {
-			out = c.ad.synth(*r)
+			out = c.ad.Synth(r)
 			oc.Matched, oc.Strategy, oc.Synthesized = 0, "setup", true
 		}
 	case tid == "":
-		if real, ok := s.cfg.untraced(c.dst); ok && (proto == protoHTTP || proto == protoRedis) {
+		real, ok := s.cfg.untraced(c.dst)
+		_, unproxied := c.ad.AnswerLen(r, nil)
+		if ok && unproxied == nil {
 			var err error
 			if out, err = c.proxy(real, r); err == nil {
 				oc.Proxied = true
@@ -342,7 +345,7 @@ func (c *conn) answer(r *request) (closeAfter bool) {
 				reason = fmt.Sprintf("untraced request to %s could not be proxied to %s: %v", c.dst, real, err)
 			}
 		} else if ok {
-			reason = fmt.Sprintf("untraced %s request to %s: only HTTP and Redis requests can be proxied one by one (pass the destination through instead)", proto, c.dst)
+			reason = fmt.Sprintf("untraced %s request to %s: %v", proto, c.dst, unproxied)
 		} else {
 			reason = fmt.Sprintf("untraced request (empty trace id) to %s, and no proxy is configured for it", c.dst)
 		}
@@ -356,17 +359,17 @@ func (c *conn) answer(r *request) (closeAfter bool) {
 		}
 		ts.mu.Unlock()
 	}
-	if reason != "" && !r.noReply {
+	if reason != "" && !r.NoReply {
 		oc.Error = reason
-		out = c.ad.missing(*r, reason)
+		out = c.ad.Missing(r, reason)
 		closeAfter = out == nil
 		c.misses.inc(s.metrics.misses, proto)
-		s.traces.addMissing(MissingMock{Trace: tid, Proto: proto, Dst: c.dst, Request: append([]byte(nil), r.raw...), Reason: reason})
-		s.log.Info("missing mock", "trace", tid, "dst", c.dst, "proto", proto, "op", r.op, "reason", reason)
+		s.traces.addMissing(MissingMock{Trace: tid, Proto: proto, Dst: c.dst, Request: append([]byte(nil), r.Raw...), Reason: reason})
+		s.log.Info("missing mock", "trace", tid, "dst", c.dst, "proto", proto, "op", r.Op, "reason", reason)
 	} else if oc.Strategy != "" {
 		c.matches.inc(s.metrics.matches, oc.Strategy)
 	}
-	if ts != nil && !observed && (reason == "" || !r.noReply) {
+	if ts != nil && !observed && (reason == "" || !r.NoReply) {
 		ts.mu.Lock()
 		ts.observe(oc, s.cfg.MaxObserved)
 		ts.mu.Unlock()
@@ -377,7 +380,7 @@ func (c *conn) answer(r *request) (closeAfter bool) {
 
 // matchTrace finds the recorded answer to r in the trace's recording; the
 // caller holds ts.mu.
-func (c *conn) matchTrace(ts *traceState, r *request, oc *ObservedCall) ([]byte, string) {
+func (c *conn) matchTrace(ts *traceState, r *wire.Request, oc *ObservedCall) ([]byte, string) {
 	s := c.s
 	reason := ""
 	if ts.entry == nil {
@@ -392,7 +395,7 @@ func (c *conn) matchTrace(ts *traceState, r *request, oc *ObservedCall) ([]byte,
 			used[res.unit] = true
 			u := &du.units[res.unit]
 			oc.Matched, oc.Strategy, oc.Score = u.seq, string(res.strategy), res.score
-			out := c.ad.reply(*r, u.resp)
+			out := c.ad.Reply(r, u.resp)
 			ts.markSent(u.call)
 			if rc := &ts.entry.s.Calls[u.call]; len(out) > 0 && s.cfg.CausalWait > 0 {
 				// held only if the trace has not sent every call the
@@ -404,7 +407,7 @@ func (c *conn) matchTrace(ts *traceState, r *request, oc *ObservedCall) ([]byte,
 			}
 			return out, ""
 		}
-		reason = fmt.Sprintf("recording %q: %s (%s %q)", ts.recID, why, r.op, clip(r.key))
+		reason = fmt.Sprintf("recording %q: %s (%s %q)", ts.recID, why, r.Op, clip(r.Key))
 	}
 	// Not in the trace's recording: set-up traffic of the destination, or a
 	// statement prepared by any recording of it (a statement prepared once
@@ -413,13 +416,11 @@ func (c *conn) matchTrace(ts *traceState, r *request, oc *ObservedCall) ([]byte,
 	// not one of this trace's.
 	if a, ok := s.idx.answerSetup(c.dst, r); ok {
 		oc.Setup, oc.Matched, oc.Strategy, oc.Score = true, a.seq, "setup", 1
-		return c.ad.reply(*r, a.resp), ""
+		return c.ad.Reply(r, a.resp), ""
 	}
-	if c.ad.proto() == protoMySQL && strings.HasPrefix(r.op, "PREPARE ") {
-		if a, ok := s.idx.prepare(c.dst, r.key); ok {
-			oc.Setup, oc.Matched, oc.Strategy, oc.Score = true, a.seq, "setup", 1
-			return c.ad.reply(*r, a.resp), ""
-		}
+	if resp, seq, ok := s.idx.fallback(c.dst, r); ok {
+		oc.Setup, oc.Matched, oc.Strategy, oc.Score = true, seq, "setup", 1
+		return c.ad.Reply(r, resp), ""
 	}
 	return nil, reason
 }

@@ -10,9 +10,9 @@ import (
 
 	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/mockserver/mocktest"
-	"github.com/retrace-dev/retrace/wire/mysql"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
+	"github.com/retrace-dev/retrace/wire/mysql"
 )
 
 // fuzzSession gives every adapter something to match against.

@@ -7,9 +7,7 @@ import (
 
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/wire"
-	"github.com/retrace-dev/retrace/wire/http1"
-	"github.com/retrace-dev/retrace/wire/mysql"
-	"github.com/retrace-dev/retrace/wire/redis"
+	"github.com/retrace-dev/retrace/wire/protocols"
 )
 
 // index holds the loaded recordings. It keeps the decoded sessions as they
@@ -55,7 +53,7 @@ func (du *dstUnits) flatJSON(i int) (map[string]string, bool) {
 		m := v.(map[string]string)
 		return m, m != nil
 	}
-	m, ok := flatJSON(du.units[i].req.body)
+	m, ok := flatJSON(du.units[i].req.Body)
 	if !ok {
 		m = nil
 	}
@@ -64,22 +62,20 @@ func (du *dstUnits) flatJSON(i int) (map[string]string, bool) {
 }
 
 type unit struct {
-	req  request
+	req  wire.Request
 	resp []byte
 	seq  int // Seq of the recorded call
 	call int // index in Session.Calls
 }
 
-// dstInfo is what any recording says about a destination: its protocol and
-// its set-up traffic, answered on every connection.
+// dstInfo is what any recording says about a destination: its protocol,
+// the protocol's book of it, and its set-up traffic, answered on every
+// connection.
 type dstInfo struct {
-	proto    string
-	greeting []byte              // MySQL greeting payload
-	setup    map[string]setupAns // exact request bytes → answer
-	setupOp  map[string]setupAns // operation → first answer
-	prepares map[string]setupAns // MySQL: SQL text → COM_STMT_PREPARE answer
-	stmtSQL  map[uint32]string   // MySQL: recorded statement id → SQL, from any recording
-	book     wire.Book           // PostgreSQL: what every recording says (see postgres.go)
+	proto   string
+	book    wire.Book
+	setup   map[string]setupAns // exact request bytes → answer
+	setupOp map[string]setupAns // operation → first answer
 }
 
 type setupAns struct {
@@ -99,68 +95,47 @@ func (ix *index) add(s *recording.Session) {
 	for i := range s.Calls {
 		c := &s.Calls[i]
 		d := ix.dsts[c.Dst]
-		if d == nil {
-			d = &dstInfo{proto: c.Proto}
-			ix.dsts[c.Dst] = d
-		} else if d.proto == protoRaw && c.Proto != protoRaw {
+		if d == nil || d.proto == protoRaw && c.Proto != protoRaw {
 			// A protocol the recorder recognised on any connection to dst
 			// outranks "raw" (a connection whose start it did not see).
-			d.proto = c.Proto
+			nd := &dstInfo{proto: c.Proto, book: protocols.All.For(c.Proto).NewBook()}
+			if d != nil {
+				nd.setup, nd.setupOp = d.setup, d.setupOp
+			}
+			d = nd
+			ix.dsts[c.Dst] = d
 		}
-		if c.Proto == protoMySQL {
-			ix.addMySQL(d, c)
+		if c.Proto != d.proto {
+			continue // a raw call to a destination of a known protocol
 		}
-		if c.Proto == protoPostgres {
-			d.learnPostgres(c)
-			continue // its set-up is answered by the protocol itself
-		}
+		wc := wireCall(c)
+		d.book.Learn(wc)
 		if c.Setup {
-			for _, u := range splitCall(c, nil) {
-				d.addSetup(u)
+			for _, u := range protocols.All.For(c.Proto).NewSession(d.book).Units(wc) {
+				d.addSetup(unit{req: u.Req, resp: u.Resp, seq: c.Seq})
 			}
 		}
 	}
 }
 
+// wireCall is a recorded call as its protocol sees it.
+func wireCall(c *recording.Call) wire.Call {
+	return wire.Call{Request: c.Request, Response: c.Response, Setup: c.Setup, Conn: c.Conn, Seq: c.Seq}
+}
+
 func (d *dstInfo) addSetup(u unit) {
-	if u.req.raw == nil {
+	if u.req.Raw == nil {
 		return
 	}
 	if d.setup == nil {
 		d.setup, d.setupOp = map[string]setupAns{}, map[string]setupAns{}
 	}
-	k := string(u.req.raw)
+	k := string(u.req.Raw)
 	if _, ok := d.setup[k]; !ok {
 		d.setup[k] = setupAns{u.resp, u.seq}
 	}
-	if _, ok := d.setupOp[u.req.op]; !ok && u.req.op != "" {
-		d.setupOp[u.req.op] = setupAns{u.resp, u.seq}
-	}
-}
-
-func (ix *index) addMySQL(d *dstInfo, c *recording.Call) {
-	if d.greeting == nil && len(c.Request) == 0 {
-		if g, ok := mysql.FindGreeting(c.Response); ok {
-			d.greeting = g
-		}
-	}
-	p := lastMySQLMessage(c.Request)
-	if len(p) < 2 || p[0] != mysql.ComStmtPrepare {
-		return
-	}
-	id, ok := mysql.StmtID(c.Response)
-	if !ok {
-		return
-	}
-	if d.prepares == nil {
-		d.prepares, d.stmtSQL = map[string]setupAns{}, map[uint32]string{}
-	}
-	q := string(p[1:])
-	if _, seen := d.prepares[q]; !seen {
-		d.prepares[q] = setupAns{c.Response, c.Seq}
-	}
-	if _, seen := d.stmtSQL[id]; !seen {
-		d.stmtSQL[id] = q
+	if _, ok := d.setupOp[u.req.Op]; !ok && u.req.Op != "" {
+		d.setupOp[u.req.Op] = setupAns{u.resp, u.seq}
 	}
 }
 
@@ -184,44 +159,33 @@ func (ix *index) count() int {
 
 // answerSetup finds a recorded answer to a set-up request: the same bytes
 // first, then the same operation.
-func (ix *index) answerSetup(dst string, r *request) (setupAns, bool) {
+func (ix *index) answerSetup(dst string, r *wire.Request) (setupAns, bool) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	d := ix.dsts[dst]
 	if d == nil {
 		return setupAns{}, false
 	}
-	if a, ok := d.setup[string(r.raw)]; ok {
+	if a, ok := d.setup[string(r.Raw)]; ok {
 		return a, true
 	}
-	if r.setup {
-		if a, ok := d.setupOp[r.op]; ok {
+	if r.Setup {
+		if a, ok := d.setupOp[r.Op]; ok {
 			return a, true
 		}
 	}
 	return setupAns{}, false
 }
 
-// prepare finds a recorded COM_STMT_PREPARE answer for q from any recording
-// of dst.
-func (ix *index) prepare(dst, q string) (setupAns, bool) {
+// fallback asks the book of dst for an answer to r from any recording
+// (a statement prepared again on another connection).
+func (ix *index) fallback(dst string, r *wire.Request) ([]byte, int, bool) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	if d := ix.dsts[dst]; d != nil {
-		a, ok := d.prepares[q]
-		return a, ok
+		return d.book.Fallback(r)
 	}
-	return setupAns{}, false
-}
-
-func (ix *index) stmtSQL(dst string, id uint32) (string, bool) {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	if d := ix.dsts[dst]; d != nil {
-		q, ok := d.stmtSQL[id]
-		return q, ok
-	}
-	return "", false
+	return nil, 0, false
 }
 
 // unitsFor returns the answerable units of e's calls to dst.
@@ -246,7 +210,7 @@ func causalCalls(s *recording.Session, units map[string]*dstUnits) []sentCall {
 	want := map[int]bool{}
 	for _, du := range units {
 		for _, u := range du.units {
-			if !u.req.noReply && !u.req.setup {
+			if !u.req.NoReply && !u.req.Setup {
 				want[u.call] = true
 			}
 		}
@@ -267,144 +231,36 @@ func (e *sessionEntry) sentBefore(t int64) int {
 
 func (ix *index) buildUnits(s *recording.Session) map[string]*dstUnits {
 	out := map[string]*dstUnits{}
-	type connStmt struct {
-		conn int64
-		id   uint32
-	}
-	stmts := map[connStmt]string{}
-	pg := postgresUnits{ix: ix}
+	sessions := map[string]wire.Session{} // by destination
+	// the books the sessions read are written by recordings loaded later
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
 	for i := range s.Calls {
 		c := &s.Calls[i]
-		if c.Proto == protoPostgres {
-			// every call, set-up included, in order: a unit may span calls
-			for _, u := range pg.units(c) {
-				if u.req.setup {
-					continue
-				}
-				du := out[c.Dst]
-				if du == nil {
-					du = &dstUnits{byOp: map[string][]int{}}
-					out[c.Dst] = du
-				}
-				u.call = i
-				du.byOp[u.req.op] = append(du.byOp[u.req.op], len(du.units))
-				du.units = append(du.units, u)
+		ws := sessions[c.Dst]
+		if ws == nil {
+			var book wire.Book = wire.NoBook{}
+			proto := protocols.All.For(c.Proto)
+			if d := ix.dsts[c.Dst]; d != nil && d.proto == c.Proto {
+				book = d.book
 			}
-			continue
+			ws = proto.NewSession(book)
+			sessions[c.Dst] = ws
 		}
-		if c.Proto == protoMySQL {
-			if p := lastMySQLMessage(c.Request); len(p) > 1 && p[0] == mysql.ComStmtPrepare {
-				if id, ok := mysql.StmtID(c.Response); ok {
-					stmts[connStmt{c.Conn, id}] = string(p[1:])
-					stmts[connStmt{-1, id}] = string(p[1:])
-				}
-			}
-		}
+		// set-up calls too: they may prepare what later calls use
+		units := ws.Units(wireCall(c))
 		if c.Setup {
 			continue
-		}
-		lookup := func(id uint32) (string, bool) {
-			if q, ok := stmts[connStmt{c.Conn, id}]; ok {
-				return q, true
-			}
-			if q, ok := stmts[connStmt{-1, id}]; ok {
-				return q, true
-			}
-			return ix.stmtSQL(c.Dst, id)
 		}
 		du := out[c.Dst]
 		if du == nil {
 			du = &dstUnits{byOp: map[string][]int{}}
 			out[c.Dst] = du
 		}
-		for _, u := range splitCall(c, lookup) {
-			u.call = i
-			du.byOp[u.req.op] = append(du.byOp[u.req.op], len(du.units))
-			du.units = append(du.units, u)
+		for _, u := range units {
+			du.byOp[u.Req.Op] = append(du.byOp[u.Req.Op], len(du.units))
+			du.units = append(du.units, unit{req: u.Req, resp: u.Resp, seq: c.Seq, call: i})
 		}
 	}
 	return out
-}
-
-// splitCall computes the units of one recorded call.
-func splitCall(c *recording.Call, stmtSQL func(uint32) (string, bool)) []unit {
-	if stmtSQL == nil {
-		stmtSQL = func(uint32) (string, bool) { return "", false }
-	}
-	whole := func(r request) []unit { return []unit{{req: r, resp: c.Response, seq: c.Seq}} }
-	switch c.Proto {
-	case protoHTTP:
-		h, n, err := http1.RequestLen(c.Request)
-		if err != nil || n == 0 {
-			return whole(request{raw: c.Request, op: "?", canon: c.Request, body: c.Request})
-		}
-		return whole(httpRequest(c.Request[:n], h, 64<<20))
-	case protoRedis:
-		return splitRedis(c)
-	case protoMySQL:
-		return splitMySQL(c, stmtSQL)
-	}
-	return whole(rawRequest(c.Request))
-}
-
-// splitRedis makes one unit per command of a recorded pipeline when the
-// replies can be paired with the commands, else one unit for the call.
-func splitRedis(c *recording.Call) []unit {
-	var units []unit
-	req, resp := c.Request, c.Response
-	for len(req) > 0 {
-		args, n, err := redis.ParseCommand(req, len(req))
-		if err != nil || n == 0 {
-			break
-		}
-		m, err := redis.ReplyLen(resp)
-		if err != nil || m == 0 {
-			break
-		}
-		units = append(units, unit{req: redisRequest(req[:n], args), resp: resp[:m], seq: c.Seq})
-		req, resp = req[n:], resp[m:]
-	}
-	if len(req) == 0 && len(resp) == 0 && len(units) > 0 {
-		return units
-	}
-	r := request{raw: c.Request, op: "?", canon: c.Request}
-	if args, n, err := redis.ParseCommand(c.Request, len(c.Request)); err == nil && n > 0 {
-		r = redisRequest(c.Request, args)
-	}
-	return []unit{{req: r, resp: c.Response, seq: c.Seq}}
-}
-
-// splitMySQL makes one unit per command of a recorded call: commands without
-// an answer (COM_STMT_CLOSE) may precede, in the same write, the command the
-// response answers.
-func splitMySQL(c *recording.Call, stmtSQL func(uint32) (string, bool)) []unit {
-	var units []unit
-	req := c.Request
-	for len(req) > 0 {
-		p, _, n, err := mysql.NextMessage(req, 1<<30)
-		if err != nil || n == 0 {
-			break
-		}
-		units = append(units, unit{req: mysqlRequest(req[:n], p, stmtSQL), seq: c.Seq})
-		req = req[n:]
-	}
-	if len(units) == 0 || len(req) > 0 {
-		return []unit{{req: request{raw: c.Request, op: "?", canon: c.Request, body: c.Request}, resp: c.Response, seq: c.Seq}}
-	}
-	units[len(units)-1].resp = c.Response
-	return units
-}
-
-// lastMySQLMessage returns the payload of the last command in a recorded
-// request (the one the recorded response answers).
-func lastMySQLMessage(req []byte) []byte {
-	var last []byte
-	for len(req) > 0 {
-		p, _, n, err := mysql.NextMessage(req, 1<<30)
-		if err != nil || n == 0 {
-			return nil
-		}
-		last, req = p, req[n:]
-	}
-	return last
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/retrace-dev/retrace/wire"
 	"strconv"
 )
 
@@ -17,30 +18,30 @@ type matchResult struct {
 // match runs the chain over the units of one trace and destination. used
 // marks units already taken; cursor keeps, per operation, the position of
 // the order strategy. It returns a reason when no strategy found a unit.
-func match(chain []Strategy, live *request, du *dstUnits, used []bool, cursor map[string]int) (matchResult, string) {
+func match(chain []Strategy, live *wire.Request, du *dstUnits, used []bool, cursor map[string]int) (matchResult, string) {
 	if du == nil {
 		return matchResult{}, "the recording has no call to this destination"
 	}
-	cands := du.byOp[live.op]
+	cands := du.byOp[live.Op]
 	if len(cands) == 0 {
-		return matchResult{}, fmt.Sprintf("the recording has no %q call to this destination", live.op)
+		return matchResult{}, fmt.Sprintf("the recording has no %q call to this destination", live.Op)
 	}
 	for _, st := range chain {
 		if i, score, ok := pick(st, live, du, cands, used, cursor); ok {
 			return matchResult{unit: i, strategy: st, score: score}, ""
 		}
 	}
-	return matchResult{}, fmt.Sprintf("all %d recorded %q calls to this destination are used (strategies %v)", len(cands), live.op, chain)
+	return matchResult{}, fmt.Sprintf("all %d recorded %q calls to this destination are used (strategies %v)", len(cands), live.Op, chain)
 }
 
-func pick(st Strategy, live *request, du *dstUnits, cands []int, used []bool, cursor map[string]int) (int, float64, bool) {
+func pick(st Strategy, live *wire.Request, du *dstUnits, cands []int, used []bool, cursor map[string]int) (int, float64, bool) {
 	switch st {
 	case StrategyOrder:
-		c := cursor[live.op]
+		c := cursor[live.Op]
 		for c < len(cands) && used[cands[c]] {
 			c++
 		}
-		cursor[live.op] = c
+		cursor[live.Op] = c
 		if c < len(cands) {
 			return cands[c], 1, true
 		}
@@ -49,9 +50,9 @@ func pick(st Strategy, live *request, du *dstUnits, cands []int, used []bool, cu
 	case StrategyLast:
 		return cands[len(cands)-1], 1, true
 	case StrategyHamming:
-		return best(cands, used, func(i int) float64 { return hamming(live.canon, du.units[i].req.canon) })
+		return best(cands, used, func(i int) float64 { return hamming(live.Canon, du.units[i].req.Canon) })
 	case StrategyJSON:
-		lv, ok := flatJSON(live.body)
+		lv, ok := flatJSON(live.Body)
 		if !ok {
 			return 0, 0, false
 		}
@@ -64,23 +65,23 @@ func pick(st Strategy, live *request, du *dstUnits, cands []int, used []bool, cu
 		})
 		return i, score, ok && score > 0
 	case StrategySQL:
-		if live.key == "" {
+		if live.Key == "" {
 			return 0, 0, false
 		}
 		return best(cands, used, func(i int) float64 {
 			r := &du.units[i].req
-			if r.key == live.key && bytes.Equal(r.canon, live.canon) {
+			if r.Key == live.Key && bytes.Equal(r.Canon, live.Canon) {
 				return 1
 			}
-			return argsRatio(live.args, r.args)
+			return argsRatio(live.Args, r.Args)
 		})
 	case StrategyRedis:
 		return best(cands, used, func(i int) float64 {
 			r := &du.units[i].req
-			if r.key != live.key {
+			if r.Key != live.Key {
 				return -1
 			}
-			return argsRatio(live.args, r.args)
+			return argsRatio(live.Args, r.Args)
 		})
 	}
 	return 0, 0, false

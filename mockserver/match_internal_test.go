@@ -1,6 +1,7 @@
 package mockserver
 
 import (
+	"github.com/retrace-dev/retrace/wire"
 	"strconv"
 	"testing"
 )
@@ -45,7 +46,7 @@ func TestPickOrderFirstLast(t *testing.T) {
 	du.units = make([]unit, 3)
 	used := make([]bool, 3)
 	cur := map[string]int{}
-	live := &request{op: "GET"}
+	live := &wire.Request{Op: "GET"}
 	var got []int
 	for range 3 {
 		res, why := match([]Strategy{StrategyOrder}, live, du, used, cur)
@@ -62,7 +63,7 @@ func TestPickOrderFirstLast(t *testing.T) {
 	if res, _ := match([]Strategy{StrategyLast}, live, du, used, cur); res.unit != 2 {
 		t.Fatalf("last took %d", res.unit)
 	}
-	if _, why := match([]Strategy{StrategyOrder}, &request{op: "DEL"}, du, used, cur); why == "" {
+	if _, why := match([]Strategy{StrategyOrder}, &wire.Request{Op: "DEL"}, du, used, cur); why == "" {
 		t.Fatal("an operation never recorded matched")
 	}
 }

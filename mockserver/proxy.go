@@ -7,8 +7,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/retrace-dev/retrace/wire/http1"
-	"github.com/retrace-dev/retrace/wire/redis"
+	"github.com/retrace-dev/retrace/wire"
 )
 
 // passthrough proxies the whole connection to the real destination: frame
@@ -45,7 +44,7 @@ func (c *conn) passthrough(real string) error {
 
 // proxy sends one untraced request to the real destination and returns its
 // answer, read up to the end of one protocol response.
-func (c *conn) proxy(real string, r *request) ([]byte, error) {
+func (c *conn) proxy(real string, r *wire.Request) ([]byte, error) {
 	if c.up != nil && c.upAddr != real {
 		c.up.Close()
 		c.up = nil
@@ -59,7 +58,7 @@ func (c *conn) proxy(real string, r *request) ([]byte, error) {
 	}
 	deadline := time.Now().Add(c.s.cfg.ReadTimeout)
 	c.up.SetDeadline(deadline)
-	if _, err := c.up.Write(r.raw); err != nil {
+	if _, err := c.up.Write(r.Raw); err != nil {
 		c.up.Close()
 		c.up = nil
 		return nil, err
@@ -69,7 +68,7 @@ func (c *conn) proxy(real string, r *request) ([]byte, error) {
 	for {
 		n, err := c.up.Read(buf)
 		resp = append(resp, buf[:n]...)
-		if end, perr := c.responseEnd(resp, r); perr != nil {
+		if end, perr := c.ad.AnswerLen(r, resp); perr != nil {
 			c.up.Close()
 			c.up = nil
 			return nil, perr
@@ -85,21 +84,7 @@ func (c *conn) proxy(real string, r *request) ([]byte, error) {
 			return nil, err
 		}
 		if len(resp) > c.s.cfg.MaxMessage {
-			return nil, fmt.Errorf("%w: response from %s", errTooLong, real)
+			return nil, fmt.Errorf("%w: response from %s", wire.ErrTooLong, real)
 		}
 	}
-}
-
-func (c *conn) responseEnd(resp []byte, r *request) (int, error) {
-	switch c.ad.proto() {
-	case protoHTTP:
-		_, n, err := http1.ResponseLen(resp, r.method)
-		if n < 0 {
-			return 0, nil // until EOF
-		}
-		return n, err
-	case protoRedis:
-		return redis.ReplyLen(resp)
-	}
-	return 0, fmt.Errorf("cannot proxy %s requests", c.ad.proto())
 }

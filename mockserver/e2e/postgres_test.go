@@ -573,9 +573,10 @@ func pgRecordAndReplay(t *testing.T, cl pgClient, realURL string) {
 				matched++
 			}
 		}
-		// a batch is one unit (its binds and executes up to one Sync); the
+		// a batch is one unit (its binds and executes up to one Sync), and
+		// its prepares when this trace's connection had not made them; the
 		// other work makes BEGIN, INSERT, UPDATE, COMMIT, SELECT, INSERT
-		if want := 6; cl.batch && matched != 1 || !cl.batch && matched < want {
+		if want := 6; cl.batch && matched < 1 || !cl.batch && matched < want {
 			t.Errorf("trace %d: %d PostgreSQL calls matched from its recording", i, matched)
 		}
 	}

@@ -1,31 +1,31 @@
 package capture
 
 import (
-	"bytes"
 	"sync"
 
 	"github.com/retrace-dev/retrace/hook"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
-	"github.com/retrace-dev/retrace/wire/http1"
-	"github.com/retrace-dev/retrace/wire/mysql"
+	"github.com/retrace-dev/retrace/wire"
+	"github.com/retrace-dev/retrace/wire/protocols"
 )
 
-// maxEarly bounds the response bytes an HTTP connection keeps while waiting
+// maxEarly bounds the response bytes a connection keeps while waiting
 // for the write they answer to be reported.
 const maxEarly = 64 << 10
 
 // outConn is what the Recorder knows of one dialled connection, kept in its
-// hook.ConnInfo.Data.
+// hook.ConnInfo.Data. What it knows of the connection's protocol is its
+// wire.Tap's: capture itself parses nothing.
 type outConn struct {
 	// What every report on the connection reads comes first, in one cache
 	// line (see the padding at the end).
-	mu     sync.Mutex // guards what follows and the payloads of its calls
-	wrote  bool       // a write has been reported
-	owned  bool       // a session has taken the connection's set-up calls
-	authed bool       // MySQL: the handshake response has been written
-	proto  string     // "" until the first bytes tell
-	cur    *call      // the call that reads belong to
+	mu    sync.Mutex    // guards what follows and the payloads of its calls
+	wrote bool          // a write has been reported
+	owned bool          // a session has taken the connection's set-up calls
+	proto wire.Protocol // nil until the first bytes tell
+	tap   wire.Tap      // the protocol's state of the connection, made with proto
+	cur   *call         // the call that reads belong to
 	// sess is the session the connection's last call was placed in, or
 	// nil: a request usually makes several calls in a row on the
 	// connection it holds, and this spares those after the first the
@@ -35,19 +35,14 @@ type outConn struct {
 
 	id      uint64
 	dst     string
-	early   []byte  // HTTP: response bytes that came before their request was reported
-	pending []*call // set-up calls waiting for the connection's first session
-	// MySQL: the trace of the request that prepared each live statement.
-	// A pooled connection runs the COM_STMT_CLOSE of one request's
-	// statement whenever database/sql gets round to it — often on the
-	// goroutine of the next request that took the connection (driverConn
-	// onPut) — so a close is charged to its statement's request, not to
-	// the writer's.
-	stmts map[uint32]string
-	slab  []call // where its next calls are made (see newCall)
+	early   []byte          // response bytes that came before their request was reported
+	pending []*call         // set-up calls waiting for the connection's first session
+	det     *wire.Detector  // while the first bytes left the protocol undecided
+	slab    *[callSlab]call // where its next calls are made (see newCall)
+	slabN   uint8           // calls of slab made
 	// to 192 bytes, a size class whose objects start on a cache line (at
 	// 160 they would straddle two every other time)
-	_ [8]byte
+	_ [7]byte
 }
 
 // callSlab is how many calls a connection makes at once: a request
@@ -59,18 +54,14 @@ const callSlab = 8
 // newCall returns a new call of oc, zero but for oc. Called with oc.mu
 // held.
 func (oc *outConn) newCall() *call {
-	if len(oc.slab) == cap(oc.slab) {
-		oc.slab = make([]call, 0, callSlab)
+	if oc.slab == nil || oc.slabN == callSlab {
+		oc.slab, oc.slabN = new([callSlab]call), 0
 	}
-	oc.slab = oc.slab[:len(oc.slab)+1]
-	c := &oc.slab[len(oc.slab)-1]
+	c := &oc.slab[oc.slabN]
+	oc.slabN++
 	c.oc = oc
 	return c
 }
-
-// maxStmts bounds outConn.stmts: past it (statements prepared and never
-// closed), closes are charged to the writing goroutine's trace.
-const maxStmts = 4096
 
 // call is one downstream exchange in progress or done.
 type call struct {
@@ -80,27 +71,51 @@ type call struct {
 	keep       bool // bytes are stored: the call belongs (or may belong) to a session
 	start, end int64
 	req, resp  payload
-	framer     *http1.Response // HTTP: where the response ends (nil for other protocols: most calls)
-	// MySQL: the call ends with a COM_STMT_PREPARE; its answer's first
-	// bytes (up to the statement id) are kept in head until they tell the
-	// statement id.
-	prepare bool
-	headN   uint8
-	head    [prepareIDEnd]byte
 }
 
-// httpFramer returns the call's response framer, made if the call began
-// before its connection was known to be HTTP.
-func (c *call) httpFramer() *http1.Response {
-	if c.framer == nil {
-		c.framer = &http1.Response{}
+// protoName is the connection's protocol as recorded (called with oc.mu
+// held): the fallback, raw, while undecided.
+func (oc *outConn) protoName() string {
+	if oc.proto == nil {
+		return protocols.All.Fallback().Name()
 	}
-	return c.framer
+	return oc.proto.Name()
 }
 
-// prepareIDEnd is where the statement id of a COM_STMT_PREPARE_OK packet
-// ends: its header and the first 12 bytes of its payload.
-const prepareIDEnd = 4 + 12
+// detect follows the connection's first bytes until they tell its
+// protocol (called with oc.mu held and oc.tap nil). Most connections are
+// decided by their first bytes, which are then not copied. When the
+// protocol is decided after client bytes of the call in progress, its
+// Tap is told of them first.
+func (oc *outConn) detect(side wire.Side, p []byte) {
+	var proto wire.Protocol
+	var ok bool
+	if oc.det == nil {
+		client, server := p, []byte(nil)
+		if side == wire.Server {
+			client, server = nil, p
+		}
+		if proto, ok = protocols.All.Detect(client, server); !ok {
+			oc.det = protocols.All.NewDetector()
+			oc.det.Feed(side, p)
+			return
+		}
+	} else if proto, ok = oc.det.Feed(side, p); !ok {
+		return
+	}
+	var before []byte
+	if oc.det != nil {
+		before = oc.det.Client()
+		if side == wire.Client {
+			before = before[:max(0, len(before)-len(p))]
+		}
+		oc.det = nil
+	}
+	oc.proto, oc.tap = proto, proto.NewTap()
+	if len(before) > 0 && oc.cur != nil {
+		oc.tap.Write(before, oc.cur.tid, true)
+	}
+}
 
 // snapshotCalls returns calls as recorded so far, start relative to base,
 // in the order they started and numbered in it. The calls of one
@@ -141,7 +156,7 @@ func snapshotCalls(calls []*call, base int64) []recording.Call {
 // snapshotLocked returns the call as recorded so far, start relative to
 // base (called with c.oc.mu held).
 func (c *call) snapshotLocked(base int64) recording.Call {
-	return recording.Call{Proto: c.oc.proto, Dst: c.oc.dst, Setup: c.setup, Conn: int64(c.oc.id),
+	return recording.Call{Proto: c.oc.protoName(), Dst: c.oc.dst, Setup: c.setup, Conn: int64(c.oc.id),
 		Request: c.req.view(), Response: c.resp.view(), StartNs: c.start - base, DurNs: c.end - c.start,
 		RequestTruncated: c.req.truncated, ResponseTruncated: c.resp.truncated}
 }
@@ -197,49 +212,36 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	now := r.now()
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
-	if oc.proto == "" {
-		oc.proto = detectClient(p)
+	if oc.tap == nil {
+		oc.detect(wire.Client, p)
 	}
 	oc.wrote = true
-	if oc.proto == protoMySQL && oc.authed {
-		tid = oc.stmtOwner(tid, p)
-	}
 	cur := oc.cur
+	var f wire.Filing
+	if oc.tap != nil {
+		f = oc.tap.Write(p, tid, cur == nil || cur.tid != tid || cur.resp.n > 0)
+		tid = f.Trace
+	}
 	// The same call goes on while nothing has answered it yet, or while
-	// an HTTP request that got "100 Continue" sends its body.
-	if cur != nil && cur.tid == tid && (cur.resp.n == 0 || oc.proto == protoHTTP && cur.httpFramer().AwaitingFinal()) {
+	// the protocol says so (an HTTP request that got "100 Continue" sends
+	// its body).
+	if cur != nil && cur.tid == tid && (cur.resp.n == 0 || f.Continue) {
 		if cur.keep {
 			cur.req.add(p, r.max, &oc.arena)
-		}
-		if oc.proto == protoMySQL {
-			cur.prepare = endsWithPrepare(p)
 		}
 		cur.end = now
 		return
 	}
-	if tid == "" && oc.proto == protoHTTP {
-		// an HTTP exchange of no sampled request: not followed. Its answer
-		// is read before the connection's next request is written (HTTP/1
-		// clients do not pipeline), so reads until then are dropped.
+	if f.Skip {
+		// an exchange the protocol says cannot be attributed (HTTP of no
+		// sampled request): reads until the next write are dropped
 		oc.cur = nil
 		oc.early = oc.early[:0]
 		return
 	}
 	cur = oc.newCall()
-	cur.tid, cur.start, cur.end = tid, now, now
+	cur.tid, cur.start, cur.end, cur.setup = tid, now, now, f.Setup
 	oc.cur = cur
-	switch oc.proto {
-	case protoRedis:
-		cur.setup = isSetupRedis(p)
-	case protoPG:
-		cur.setup = isSetupPostgres(p)
-	case protoMySQL:
-		cur.setup = !oc.authed || isSetupMySQL(p)
-		cur.prepare = oc.authed && endsWithPrepare(p)
-		oc.authed = true
-	case protoHTTP:
-		cur.framer = &http1.Response{NoBody: bytes.HasPrefix(p, []byte("HEAD "))}
-	}
 	// the session is looked up here rather than in place: the deepest frame
 	// on this path is what makes the runtime grow a client's stack
 	place(oc, cur, r.sessionFor(oc, tid))
@@ -247,9 +249,10 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 		cur.req.add(p, r.max, &oc.arena)
 	}
 	if len(oc.early) > 0 {
-		if oc.proto == protoHTTP {
+		// bytes read before this request was reported: its answer, for a
+		// protocol whose clients read on a goroutine of their own
+		if oc.tap != nil && !oc.tap.ReadsOnWriter() && oc.tap.Read(oc.early) {
 			cur.resp.add(oc.early, r.maxFor(cur), &oc.arena)
-			cur.httpFramer().Feed(oc.early)
 		}
 		oc.early = oc.early[:0]
 	}
@@ -288,9 +291,10 @@ func (r *Recorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 	}
 	oc, ok := c.Data.Load().(*outConn)
 	if !ok {
-		if !mayBeMySQLGreeting(p) && !bytes.HasPrefix(p, []byte("HTTP/1.")) {
-			// bytes on a connection whose writes were never reported:
-			// traffic of no sampled request.
+		if proto, ok := protocols.All.Detect(nil, p); ok && proto == protocols.All.Fallback() {
+			// bytes on a connection whose writes were never reported, of
+			// no protocol whose server speaks first: traffic of no sampled
+			// request.
 			return
 		}
 		// a server that speaks first (MySQL), or the answer to the first
@@ -309,32 +313,36 @@ func (r *Recorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 		if len(oc.early)+len(p) > maxEarly {
 			return
 		}
-		// for the first request, if HTTP; or the start of a greeting
+		// for the first request, if its client reads on a goroutine of
+		// its own; or the start of a greeting
 		oc.early = append(oc.early, p...)
-		if !isMySQLGreeting(oc.early) {
-			// not a greeting (yet: a server may send the greeting's header
-			// and body with separate writes, and the client read the
-			// header alone; the connection's protocol is decided when
-			// the next bytes come)
+		if oc.tap == nil {
+			oc.detect(wire.Server, p)
+		}
+		if oc.tap == nil || !oc.tap.ReadsOnWriter() {
+			// undecided (a server may send its greeting's header and body
+			// with separate writes, and the client read the header alone),
+			// or an answer kept for its request
 			return
 		}
-		// the server speaks first: a MySQL greeting is set-up traffic
-		oc.proto = protoMySQL
+		// the server speaks first: its greeting is set-up traffic
 		cur = oc.newCall()
 		cur.tid, cur.setup, cur.start = trace.CurrentID(), true, now
 		oc.cur = cur
 		place(oc, cur, r.sessionFor(oc, cur.tid))
 		p, oc.early = oc.early, nil // the greeting's bytes read so far
+		oc.tap.Read(p)
 	case cur == nil:
 		return
-	case oc.proto == protoHTTP:
-		if cur.httpFramer().Done() {
+	case oc.tap != nil && !oc.tap.ReadsOnWriter():
+		if !oc.tap.Read(p) {
+			// the current call's answer is complete: these bytes answer a
+			// request not reported yet
 			if len(oc.early)+len(p) <= maxEarly {
 				oc.early = append(oc.early, p...)
 			}
 			return
 		}
-		cur.httpFramer().Feed(p)
 	default:
 		// Clients of these protocols read on the goroutine that wrote: an
 		// answer read under another trace answers a write that was not
@@ -342,69 +350,13 @@ func (r *Recorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 		if cur.tid != trace.CurrentID() {
 			return
 		}
-		if cur.prepare {
-			oc.notePrepared(cur, p)
+		if oc.tap == nil {
+			oc.detect(wire.Server, p)
+		}
+		if oc.tap != nil {
+			oc.tap.Read(p)
 		}
 	}
 	cur.resp.add(p, r.maxFor(cur), &oc.arena)
 	cur.end = now
-}
-
-// stmtOwner returns the trace a MySQL write is charged to (called with
-// oc.mu held): the trace that prepared the statement when the write closes
-// statements (COM_STMT_CLOSE carries no answer, and database/sql sends it
-// from whichever goroutine releases the connection next), else tid.
-func (oc *outConn) stmtOwner(tid string, p []byte) string {
-	owner, found := tid, false
-	for len(p) > 0 {
-		m, _, n, err := mysql.NextMessage(p, len(p))
-		if err != nil || n == 0 || len(m) != 5 || m[0] != mysql.ComStmtClose {
-			return tid // not only closes: the writer's own command
-		}
-		id, _ := mysql.RequestStmtID(m)
-		if t, ok := oc.stmts[id]; ok {
-			delete(oc.stmts, id)
-			if !found {
-				owner, found = t, true
-			}
-		}
-		p = p[n:]
-	}
-	return owner
-}
-
-// notePrepared reads the statement id from the answer to a
-// COM_STMT_PREPARE and notes which trace prepared it (called with oc.mu
-// held).
-func (oc *outConn) notePrepared(c *call, p []byte) {
-	c.headN += uint8(copy(c.head[c.headN:], p))
-	if c.headN < prepareIDEnd {
-		return
-	}
-	c.prepare = false
-	id, ok := mysql.StmtID(c.head[:])
-	if !ok || len(oc.stmts) >= maxStmts {
-		return
-	}
-	if oc.stmts == nil {
-		oc.stmts = map[uint32]string{}
-	}
-	oc.stmts[id] = c.tid
-}
-
-// endsWithPrepare reports whether the last MySQL command in p is a
-// COM_STMT_PREPARE.
-func endsWithPrepare(p []byte) bool {
-	last := byte(0)
-	for len(p) > 0 {
-		m, _, n, err := mysql.NextMessage(p, len(p))
-		if err != nil || n == 0 {
-			return false
-		}
-		if len(m) > 0 {
-			last = m[0]
-		}
-		p = p[n:]
-	}
-	return last == mysql.ComStmtPrepare
 }

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/retrace-dev/retrace/hook"
-	"github.com/retrace-dev/retrace/wire/http1"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
+	"github.com/retrace-dev/retrace/wire/http1"
 )
 
 // DefaultMaxActive bounds the sessions in progress when Config.MaxActive is
@@ -425,7 +425,7 @@ func (r *Recorder) finish(a *active) {
 	a.calls = nil
 	s := &recording.Session{
 		V: recording.SchemaVersion, ID: a.id, App: r.app, At: a.at,
-		Inbound: recording.Inbound{Proto: protoHTTP, Local: a.local, Remote: a.remote,
+		Inbound: recording.Inbound{Proto: recording.ProtoHTTP, Local: a.local, Remote: a.remote,
 			Request: a.req.view(), Response: a.resp.view(), DurNs: end - a.start,
 			RequestTruncated: a.req.truncated, ResponseTruncated: a.resp.truncated},
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/replayer/diff"
+	"github.com/retrace-dev/retrace/wire/mysql"
 )
 
 // MySQL downstream calls are compared command by command per destination,
@@ -23,13 +24,13 @@ import (
 // changed statement shows as a changed "sql" when it pairs, or as executes
 // added or never sent).
 const (
-	comStmtPrepare = 0x16
-	comStmtExecute = 0x17
+	comStmtPrepare = mysql.ComStmtPrepare
+	comStmtExecute = mysql.ComStmtExecute
 )
 
 // mysqlCmd is one command with where it came from.
 type mysqlCmd struct {
-	diff.MySQLCommand
+	mysql.Command
 	key   string   // pairing key
 	ref   *CallRef // the call that carried it
 	used  bool
@@ -49,18 +50,18 @@ func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep
 		if c.Proto != "mysql" || c.Dst != dst {
 			continue
 		}
-		cmds, ok := diff.MySQLCommands(c.Request)
+		cmds, ok := mysql.Commands(c.Request)
 		if !ok {
 			return nil, nil, false
 		}
 		if n := len(cmds); n > 0 && cmds[n-1].Cmd == comStmtPrepare {
-			if id, ok := diff.MySQLPrepareOK(c.Response); ok {
+			if id, ok := mysql.PrepareOK(c.Response); ok {
 				stmtSQL[id] = cmds[n-1].SQL
 			}
 		}
 		ref := &CallRef{Seq: -1, Matched: c.Seq, Proto: c.Proto, Dst: c.Dst, Summary: summarize(c.Proto, c.Request)}
 		for _, m := range cmds {
-			mc := &mysqlCmd{MySQLCommand: m, ref: ref, setup: c.Setup}
+			mc := &mysqlCmd{Command: m, ref: ref, setup: c.Setup}
 			rec = append(rec, mc)
 			byCall[c.Seq] = append(byCall[c.Seq], mc)
 		}
@@ -70,13 +71,13 @@ func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep
 		if oc.Proto != "mysql" || oc.Dst != dst || oc.Proxied {
 			continue
 		}
-		cmds, ok := diff.MySQLCommands(oc.Request)
+		cmds, ok := mysql.Commands(oc.Request)
 		if !ok {
 			return nil, nil, false
 		}
 		ref := &CallRef{Seq: oc.Seq, Matched: oc.Matched, Proto: oc.Proto, Dst: oc.Dst, Summary: summarize(oc.Proto, oc.Request)}
 		for _, m := range cmds {
-			mc := &mysqlCmd{MySQLCommand: m, ref: ref, setup: oc.Setup}
+			mc := &mysqlCmd{Command: m, ref: ref, setup: oc.Setup}
 			if m.Stmt && len(cmds) == 1 && oc.Statement != "" {
 				mc.stmtSQL = oc.Statement // the statement's SQL, as the mock server knew it
 			}
@@ -85,7 +86,7 @@ func mysqlFindings(rules *diff.Rules, api, dst string, s *recording.Session, rep
 	}
 	key := func(m *mysqlCmd) string {
 		switch {
-		case m.SQL != "" || m.Cmd == 0x03 || m.Cmd == 0x16:
+		case m.SQL != "" || m.Cmd == mysql.ComQuery || m.Cmd == mysql.ComStmtPrepare:
 			return strconv.Itoa(int(m.Cmd)) + ":" + m.SQL
 		case m.Stmt && m.stmtSQL != "":
 			return strconv.Itoa(int(m.Cmd)) + ":" + m.stmtSQL
@@ -190,11 +191,11 @@ func sqlSummary(m *mysqlCmd) string {
 	}
 	_, k, _ := strings.Cut(m.key, ":")
 	switch m.Cmd {
-	case 0x17:
+	case mysql.ComStmtExecute:
 		return "execute " + cut(k, 110)
-	case 0x18:
+	case mysql.ComStmtSendLongData:
 		return "send long data " + cut(k, 100)
-	case 0x1a:
+	case mysql.ComStmtReset:
 		return "reset " + cut(k, 110)
 	}
 	return fmt.Sprintf("command 0x%02x %s", m.Cmd, cut(strconv.Quote(k), 100))

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/retrace-dev/retrace/replayer/diff"
+	"github.com/retrace-dev/retrace/wire"
+	"github.com/retrace-dev/retrace/wire/protocols"
 )
 
 // Status is the verdict of one replay.
@@ -141,21 +143,12 @@ func capResponse(r *diff.Response) *diff.Response {
 	return &c
 }
 
-// summarize renders a downstream request in one line.
+// summarize renders a downstream request in one line: the first line of
+// its protocol's decoded form, else its first bytes quoted.
 func summarize(proto string, req []byte) string {
-	switch proto {
-	case "http":
-		if i := strings.Index(string(req[:min(len(req), 300)]), "\r\n"); i > 0 {
-			return string(req[:i])
-		}
-	case "redis":
-		if cmds, ok := parseRESPLine(req); ok {
-			return cmds
-		}
-	case "mysql":
-		if len(req) > 5 && (req[4] == 0x03 || req[4] == 0x16) {
-			return cut(diff.NormalizeSQL(string(req[5:])), 120)
-		}
+	if d, ok := protocols.All.For(proto).Decode(wire.Client, req); ok {
+		line, _, _ := strings.Cut(d.Text, "\n")
+		return cut(line, 120)
 	}
 	return cut(strconv.Quote(string(req[:min(len(req), 60)])), 120)
 }
@@ -165,22 +158,4 @@ func cut(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
-}
-
-// parseRESPLine renders the first Redis command of req as "GET key".
-func parseRESPLine(req []byte) (string, bool) {
-	s := string(req[:min(len(req), 400)])
-	if !strings.HasPrefix(s, "*") {
-		return "", false
-	}
-	var parts []string
-	lines := strings.Split(s, "\r\n")
-	n, err := strconv.Atoi(lines[0][1:])
-	if err != nil {
-		return "", false
-	}
-	for i := 2; i < len(lines) && len(parts) < n; i += 2 {
-		parts = append(parts, lines[i])
-	}
-	return cut(strings.Join(parts, " "), 120), len(parts) > 0
 }

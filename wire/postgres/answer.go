@@ -12,13 +12,13 @@ import (
 // answerer is the mock server's state for one live PostgreSQL connection
 // (wire.Answerer). It answers the start-up itself — no encryption ('N'),
 // AuthenticationOk whatever the client's credentials, the recorded
-// server's ParameterStatus, a BackendKeyData of its own, ReadyForQuery —
-// and a unit of nothing but prepares from the statements any recording
-// described. Every other unit is matched against the trace's recording
-// by its SQL: the names it uses are this connection's own.
+// server's ParameterStatus, a BackendKeyData of its own, ReadyForQuery.
+// Every other unit is matched against the trace's recording by its SQL,
+// never by the names it uses (they are this connection's own); a unit of
+// nothing but prepares that the trace's recording lacks is answered by
+// the book from any recording (Fallback).
 type answerer struct {
 	env     wire.Env
-	b       *book
 	typed   bool // the StartupMessage has been answered
 	tx      byte // transaction status of the last ReadyForQuery sent
 	skip    bool // an error was answered before a Sync: messages up to it get no answer
@@ -29,11 +29,10 @@ type answerer struct {
 var _ wire.Answerer = (*answerer)(nil)
 
 func newAnswerer(env wire.Env) *answerer {
-	b, _ := env.Book.(*book)
-	if b == nil {
-		b = newBook()
+	if env.Book == nil {
+		env.Book = newBook()
 	}
-	return &answerer{env: env, b: b, tx: 'I', names: newNames(nil)}
+	return &answerer{env: env, tx: 'I', names: newNames(nil)}
 }
 
 func (a *answerer) Greeting() []byte { return nil }
@@ -70,15 +69,40 @@ func (a *answerer) Next(buf []byte) (wire.Request, int, []byte, error) {
 		a.skip = false
 		return wire.Request{Raw: buf[:off], Op: "SYNC", Canon: buf[:off], Setup: true, Local: true}, off, nil, nil
 	}
-	r, _ := a.names.request(buf[:off], ms, a.b.described)
+	r, _ := a.names.request(buf[:off], ms)
 	return r, off, nil, nil
 }
 
 // Reply returns the recorded answer as it is (answers name no statement
-// or portal), noting the transaction status it leaves.
-func (a *answerer) Reply(_ *wire.Request, resp []byte) []byte {
-	a.note(resp)
-	return resp
+// or portal), noting the transaction status it leaves; the answer to a
+// unit of prepares (from any recording) gets the connection's own
+// transaction status instead of the recorded one.
+func (a *answerer) Reply(r *wire.Request, resp []byte) []byte {
+	if !r.Prepare {
+		a.note(resp)
+		return resp
+	}
+	out := append([]byte(nil), resp...)
+	failed := false
+	off := 0
+	Messages(resp, false, false, func(m Message) bool {
+		n := 5 + len(m.Body)
+		switch {
+		case m.Type == ErrorResponse:
+			failed = true
+		case m.Type == ReadyForQuery && n == 6:
+			if failed && a.tx == 'T' {
+				a.tx = 'E'
+			}
+			out[off+5] = a.tx
+		}
+		off += n
+		return true
+	})
+	if ms := a.scratch; failed && len(ms) > 0 && ms[len(ms)-1].Type == Flush {
+		a.skip = true // the unit ended with Flush: the next Sync ends the error
+	}
+	return out
 }
 
 func (a *answerer) note(resp []byte) {
@@ -90,7 +114,8 @@ func (a *answerer) note(resp []byte) {
 	})
 }
 
-// Synth answers the start-up, a ping, and prepares from the book.
+// Synth answers the start-up (with the recorded server's parameters, from
+// the book), a ping, and the Sync that ends an error's skipped messages.
 func (a *answerer) Synth(r *wire.Request) []byte {
 	ms := a.scratch
 	if len(ms) == 0 {
@@ -111,18 +136,18 @@ func (a *answerer) Synth(r *wire.Request) []byte {
 	case first.Type == Query:
 		return a.ready(encode(nil, &pgproto3.EmptyQueryResponse{}))
 	}
-	return a.prepare(ms)
+	return nil
 }
 
 // startup returns the answer to a StartupMessage.
 func (a *answerer) startup() []byte {
 	out := encode(nil, &pgproto3.AuthenticationOk{})
-	params := a.b.startupParams()
-	if params == nil {
-		params = defaultParams
-	}
-	for _, p := range params {
-		out = append(out, p...)
+	if params, _, ok := a.env.Book.Fallback(&wire.Request{Op: "STARTUP"}); ok {
+		out = append(out, params...)
+	} else {
+		for _, p := range defaultParams {
+			out = append(out, p...)
+		}
 	}
 	out = encode(out, &pgproto3.BackendKeyData{ProcessID: 1<<20 + a.env.ConnID, SecretKey: binary.BigEndian.AppendUint32(nil, 0x5eed0000^a.env.ConnID)})
 	a.tx = 'I'
@@ -140,50 +165,6 @@ var defaultParams = func() [][]byte {
 	}
 	return out
 }()
-
-// prepare answers a unit of Parse, Describe (of statements), Close, Sync
-// and Flush messages from the statements the recordings described.
-func (a *answerer) prepare(ms []Message) []byte {
-	var out []byte
-	failed := false
-	for _, m := range ms {
-		if failed && m.Type != Sync {
-			continue
-		}
-		switch m.Type {
-		case Parse:
-			var p pgproto3.Parse
-			if p.Decode(m.Body) != nil {
-				return a.errorThenReady("08P01", "retrace: malformed Parse message")
-			}
-			ans, _ := a.b.answers(p.Query)
-			if ans == nil {
-				ans = encode(nil, &pgproto3.ParseComplete{})
-			}
-			out = append(out, ans...)
-			failed = hasError(ans)
-		case Describe:
-			var d pgproto3.Describe
-			if d.Decode(m.Body) != nil {
-				return a.errorThenReady("08P01", "retrace: malformed Describe message")
-			}
-			s, ok := a.names.stmt(d.Name)
-			_, ans := a.b.answers(s.sql)
-			if !ok || ans == nil {
-				ans = errorResponse("26000", fmt.Sprintf("retrace: no recording describes prepared statement %q", d.Name))
-			}
-			out = append(out, ans...)
-			failed = hasError(ans)
-		case Close:
-			out = encode(out, &pgproto3.CloseComplete{})
-		case Sync:
-			out = a.ready(out)
-			failed = false
-		}
-	}
-	a.skip = failed // the unit ended with Flush: the next Sync ends the error
-	return out
-}
 
 func (a *answerer) ready(out []byte) []byte {
 	return encode(out, &pgproto3.ReadyForQuery{TxStatus: a.tx})

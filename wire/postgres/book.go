@@ -18,11 +18,17 @@ type book struct {
 	// serves connections that read
 	mu      sync.RWMutex
 	params  [][]byte            // ParameterStatus messages of the first recorded start-up
-	parsed  map[string][]byte   // SQL → the answer to its Parse
-	descr   map[string][]byte   // SQL → the answer to Describe of the statement
+	parsed  map[string]answer   // SQL → the answer to its Parse
+	descr   map[string]answer   // SQL → the answer to Describe of the statement
 	types   map[string][]uint32 // SQL → parameter types, from its ParameterDescription
 	onConn  map[connName]string // statement name on a recorded connection → SQL
 	anyConn map[string]string   // statement name → SQL, the first recorded
+}
+
+// answer is a recorded answer and the Seq of its call.
+type answer struct {
+	b   []byte
+	seq int
 }
 
 type connName struct {
@@ -33,7 +39,7 @@ type connName struct {
 var _ wire.Book = (*book)(nil)
 
 func newBook() *book {
-	return &book{parsed: map[string][]byte{}, descr: map[string][]byte{}, types: map[string][]uint32{},
+	return &book{parsed: map[string]answer{}, descr: map[string]answer{}, types: map[string][]uint32{},
 		onConn: map[connName]string{}, anyConn: map[string]string{}}
 }
 
@@ -57,19 +63,20 @@ func (b *book) Learn(c wire.Call) {
 	n := newNames(nil)
 	for _, u := range units {
 		for _, m := range u.msgs {
-			b.learnMessage(c.Conn, n, m)
+			b.learnMessage(c, n, m)
 		}
 	}
 }
 
-func (b *book) learnMessage(conn int64, n *names, m msg) {
+func (b *book) learnMessage(c wire.Call, n *names, m msg) {
+	conn := c.Conn
 	switch m.Type {
 	case Parse:
-		n.request(m.raw, []Message{m.Message}, nil)
+		n.request(m.raw, []Message{m.Message})
 		name := CString(m.Body)
 		s := n.stmts[name]
 		if _, ok := b.parsed[s.sql]; !ok && len(m.ans) > 0 {
-			b.parsed[s.sql] = m.ans
+			b.parsed[s.sql] = answer{m.ans, c.Seq}
 		}
 		if name != "" {
 			b.onConn[connName{conn, name}] = s.sql
@@ -86,7 +93,7 @@ func (b *book) learnMessage(conn int64, n *names, m msg) {
 			return
 		}
 		if _, seen := b.descr[s.sql]; !seen {
-			b.descr[s.sql] = m.ans
+			b.descr[s.sql] = answer{m.ans, c.Seq}
 			b.types[s.sql] = paramTypes(m.ans)
 		}
 	}
@@ -95,16 +102,66 @@ func (b *book) learnMessage(conn int64, n *names, m msg) {
 // Greeting: a PostgreSQL client speaks first.
 func (b *book) Greeting(uint32) []byte { return nil }
 
-// Fallback answers nothing: statements are answered from the book by the
-// Answerer itself (their units are Local).
-func (b *book) Fallback(*wire.Request) ([]byte, int, bool) { return nil, 0, false }
-
-// described reports whether some recording described sql's statement.
-func (b *book) described(sql string) bool {
+// Fallback answers, from what any recording said, a unit of prepares
+// (r.Prepare: see names.request), message by message — ParseComplete or
+// the recorded error for each Parse, the recorded ParameterDescription
+// and RowDescription for each Describe, CloseComplete, ReadyForQuery for
+// Sync (its status is the live connection's: the Answerer's Reply sets
+// it) — and a StartupMessage with the recorded server's ParameterStatus
+// messages (r.Op "STARTUP"). It answers false when a statement is one no
+// recording described.
+func (b *book) Fallback(r *wire.Request) ([]byte, int, bool) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	_, ok := b.descr[sql]
-	return ok
+	if r.Op == "STARTUP" {
+		var out []byte
+		for _, p := range b.params {
+			out = append(out, p...)
+		}
+		return out, 0, b.params != nil
+	}
+	if !r.Prepare {
+		return nil, 0, false
+	}
+	var out []byte
+	seq, next, failed, ok := 0, 0, false, true
+	sqlOf := func() string {
+		if next >= len(r.Args) {
+			return ""
+		}
+		next++
+		return string(r.Args[next-1])
+	}
+	Messages(r.Raw, true, false, func(m Message) bool {
+		if failed && m.Type != Sync {
+			sqlOf() // a server skips what follows an error, up to Sync
+			return true
+		}
+		var ans answer
+		switch m.Type {
+		case Parse:
+			q := sqlOf()
+			if ans, ok = b.parsed[q]; !ok {
+				// a statement never prepared while recording: known if
+				// described (a Describe of the statement follows)
+				ans, ok = answer{b: []byte{ParseComplete, 0, 0, 0, 4}}, b.descr[q].b != nil
+			}
+		case Describe:
+			ans, ok = b.descr[sqlOf()]
+		case Close:
+			ans = answer{b: []byte{CloseComplete, 0, 0, 0, 4}}
+		case Sync:
+			ans, failed = answer{b: []byte{ReadyForQuery, 0, 0, 0, 5, 'I'}}, false
+		}
+		if !ok {
+			return false
+		}
+		out = append(out, ans.b...)
+		seq = max(seq, ans.seq)
+		failed = failed || hasError(ans.b)
+		return true
+	})
+	return out, seq, ok
 }
 
 // stmtOn resolves a statement name on a recorded connection.
@@ -118,20 +175,6 @@ func (b *book) stmtOn(conn int64, name string) (stmt, bool) {
 		return stmt{sql: q}, true
 	}
 	return stmt{}, false
-}
-
-// answers returns the recorded answers to sql's Parse and Describe (nil
-// when none was recorded), and the start-up's ParameterStatus messages.
-func (b *book) answers(sql string) (parsed, descr []byte) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return b.parsed[sql], b.descr[sql]
-}
-
-func (b *book) startupParams() [][]byte {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return b.params
 }
 
 // typesOf returns the parameter types recorded for sql's statement.

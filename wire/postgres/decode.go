@@ -18,7 +18,7 @@ type TypesFunc func(sql string) []uint32
 // ("EXECUTE select … [42, 'x']"), fields "sql" (or "sql[i]") and
 // "params[j]"; for a server, rows decoded by their RowDescription,
 // command tags and errors, fields "rows[i].column", "command", "error".
-func (Protocol) Decode(side wire.Side, b []byte) (wire.Decoded, bool) {
+func (protocol) Decode(side wire.Side, b []byte) (wire.Decoded, bool) {
 	if side == wire.Server {
 		return DecodeAnswer(b)
 	}

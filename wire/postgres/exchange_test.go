@@ -52,7 +52,7 @@ func execCall(name string, id int32, row string) wire.Call {
 }
 
 func TestSessionUnits(t *testing.T) {
-	p := postgres.Protocol{}
+	p := postgres.Protocol
 	b := p.NewBook()
 	prep, exec := prepareCall("s1"), execCall("s1", 42, "ann")
 	b.Learn(prep)
@@ -62,7 +62,7 @@ func TestSessionUnits(t *testing.T) {
 	if len(units) != 2 {
 		t.Fatalf("%d units, want 2", len(units))
 	}
-	if u := units[0]; u.Req.Op != "PREPARE "+selectSQL || !u.Req.Local || !u.Req.Setup {
+	if u := units[0]; u.Req.Op != "PREPARE "+selectSQL || !u.Req.Prepare || !u.Req.Setup || u.Req.Local {
 		t.Errorf("prepare unit: %+v", u.Req)
 	}
 	u := units[1]
@@ -80,7 +80,7 @@ func TestSessionUnits(t *testing.T) {
 // TestSessionSplitAnywhere cuts a connection's recorded stream into two
 // calls at every byte of the answer: the units are the same.
 func TestSessionSplitAnywhere(t *testing.T) {
-	p := postgres.Protocol{}
+	p := postgres.Protocol
 	prep, exec := prepareCall("s1"), execCall("s1", 42, "ann")
 	copyReq := enc(&pgproto3.Query{String: "copy t from stdin"})
 	copyResp := enc(&pgproto3.CopyInResponse{ColumnFormatCodes: []uint16{0}})
@@ -125,8 +125,8 @@ func TestSessionSplitAnywhere(t *testing.T) {
 
 // answer runs one request through an answerer the way the mock server
 // does: Next, then Synth for a local request, else Reply with resp, or
-// Missing when resp is nil.
-func answer(t *testing.T, a wire.Answerer, in []byte, resp []byte) (wire.Request, []byte) {
+// with the book's Fallback, or Missing.
+func answer(t *testing.T, a wire.Answerer, b wire.Book, in []byte, resp []byte) (wire.Request, []byte) {
 	t.Helper()
 	r, n, _, err := a.Next(in)
 	if err != nil || n != len(in) {
@@ -136,6 +136,9 @@ func answer(t *testing.T, a wire.Answerer, in []byte, resp []byte) (wire.Request
 	case r.Local:
 		return r, a.Synth(&r)
 	case resp != nil:
+		return r, a.Reply(&r, resp)
+	}
+	if resp, _, ok := b.Fallback(&r); ok {
 		return r, a.Reply(&r, resp)
 	}
 	return r, a.Missing(&r, "no recorded answer")
@@ -151,7 +154,7 @@ func types(t *testing.T, b []byte) string {
 }
 
 func TestAnswererStartup(t *testing.T) {
-	p := postgres.Protocol{}
+	p := postgres.Protocol
 	b := p.NewBook()
 	// a recorded SCRAM start-up: its last answer reports the parameters
 	b.Learn(wire.Call{Request: startup("user", "u"), Response: enc(&pgproto3.AuthenticationSASL{AuthMechanisms: []string{"SCRAM-SHA-256"}}), Setup: true})
@@ -159,37 +162,42 @@ func TestAnswererStartup(t *testing.T) {
 		&pgproto3.ParameterStatus{Name: "server_version", Value: "15.8"}, &pgproto3.BackendKeyData{ProcessID: 7, SecretKey: []byte{0, 0, 0, 9}},
 		&pgproto3.ReadyForQuery{TxStatus: 'I'})})
 	a := p.NewAnswerer(wire.Env{Book: b, ConnID: 3})
-	if r, out := answer(t, a, request(postgres.SSLRequestCode), nil); string(out) != "N" || !r.Setup {
+	if r, out := answer(t, a, b, request(postgres.SSLRequestCode), nil); string(out) != "N" || !r.Setup {
 		t.Fatalf("SSLRequest answered %q (%+v)", out, r)
 	}
-	r, out := answer(t, a, startup("user", "u", "database", "d"), nil)
+	r, out := answer(t, a, b, startup("user", "u", "database", "d"), nil)
 	if got := types(t, out); got != "RSKZ" || !r.Setup {
 		t.Fatalf("start-up answered %q", got)
 	}
 	if !bytes.Contains(out, []byte("15.8")) {
 		t.Errorf("recorded server_version not reported: %q", out)
 	}
-	if r, out := answer(t, a, msg('Q', "-- ping\x00"), nil); types(t, out) != "IZ" || !r.Setup {
+	if r, out := answer(t, a, b, msg('Q', "-- ping\x00"), nil); types(t, out) != "IZ" || !r.Setup {
 		t.Errorf("ping answered %q", out)
 	}
 }
 
 func TestAnswererPreparesFromAnyRecording(t *testing.T) {
-	p := postgres.Protocol{}
+	p := postgres.Protocol
 	b := p.NewBook()
 	b.Learn(prepareCall("stmtcache_1"))
 	a := p.NewAnswerer(wire.Env{Book: b})
-	answer(t, a, startup("user", "u"), nil)
+	answer(t, a, b, startup("user", "u"), nil)
 	// prepared under another name on the live connection
 	live := enc(&pgproto3.Parse{Name: "lib_pq_3", Query: selectSQL}, &pgproto3.Describe{ObjectType: 'S', Name: "lib_pq_3"}, &pgproto3.Sync{})
-	r, out := answer(t, a, live, nil)
-	if !r.Local || types(t, out) != "1tTZ" {
+	r, out := answer(t, a, b, live, nil)
+	if !r.Prepare || types(t, out) != "1tTZ" {
 		t.Fatalf("prepare answered %q (%+v)", types(t, out), r)
+	}
+	// in a transaction, the prepare's ReadyForQuery says so
+	answer(t, a, b, msg('Q', "begin\x00"), enc(&pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}, &pgproto3.ReadyForQuery{TxStatus: 'T'}))
+	if _, out := answer(t, a, b, live, nil); out[len(out)-1] != 'T' {
+		t.Fatalf("prepare in a transaction answered %q", out)
 	}
 	// a statement no recording described is a missing mock
 	unknown := enc(&pgproto3.Parse{Name: "x", Query: "select 2"}, &pgproto3.Describe{ObjectType: 'S', Name: "x"}, &pgproto3.Sync{})
-	if r, _, _, _ := a.Next(unknown); r.Local || r.Op != "PREPARE select ?" {
-		t.Fatalf("unknown prepare: %+v", r)
+	if r, out := answer(t, a, b, unknown, nil); r.Op != "PREPARE select ?" || types(t, out) != "EZ" {
+		t.Fatalf("unknown prepare: %+v answered %q", r, out)
 	}
 	// the live Bind names the live statement; it is matched by its SQL
 	bind := execCall("lib_pq_3", 1, "").Request
@@ -199,12 +207,13 @@ func TestAnswererPreparesFromAnyRecording(t *testing.T) {
 }
 
 func TestAnswererMissing(t *testing.T) {
-	p := postgres.Protocol{}
-	a := p.NewAnswerer(wire.Env{Book: p.NewBook()})
-	answer(t, a, startup("user", "u"), nil)
+	p := postgres.Protocol
+	b := p.NewBook()
+	a := p.NewAnswerer(wire.Env{Book: b})
+	answer(t, a, b, startup("user", "u"), nil)
 	// in a transaction: a missing mock fails it, as any error would
-	answer(t, a, msg('Q', "begin\x00"), enc(&pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}, &pgproto3.ReadyForQuery{TxStatus: 'T'}))
-	_, out := answer(t, a, execCall("s", 1, "").Request, nil)
+	answer(t, a, b, msg('Q', "begin\x00"), enc(&pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}, &pgproto3.ReadyForQuery{TxStatus: 'T'}))
+	_, out := answer(t, a, b, execCall("s", 1, "").Request, nil)
 	if types(t, out) != "EZ" || out[len(out)-1] != 'E' {
 		t.Fatalf("missing mock answered %q", out)
 	}
@@ -215,37 +224,39 @@ func TestAnswererMissing(t *testing.T) {
 	}
 	// after a Flush the error is all; the server then skips to Sync
 	flushed := enc(&pgproto3.Bind{PreparedStatement: "s"}, &pgproto3.Execute{}, &pgproto3.Flush{})
-	if _, out := answer(t, a, flushed, nil); types(t, out) != "E" {
+	if _, out := answer(t, a, b, flushed, nil); types(t, out) != "E" {
 		t.Fatalf("missing mock before Flush answered %q", types(t, out))
 	}
 	rest := enc(&pgproto3.Bind{PreparedStatement: "s"}, &pgproto3.Execute{}, &pgproto3.Sync{})
-	if r, out := answer(t, a, rest, nil); types(t, out) != "Z" || !r.Local {
+	if r, out := answer(t, a, b, rest, nil); types(t, out) != "Z" || !r.Local {
 		t.Fatalf("messages up to Sync answered %q", types(t, out))
 	}
 }
 
 func TestAnswererCancelAndTerminate(t *testing.T) {
-	p := postgres.Protocol{}
-	a := p.NewAnswerer(wire.Env{Book: p.NewBook()})
-	r, out := answer(t, a, request(postgres.CancelRequestCode, 0, 0, 0, 1, 0, 0, 0, 2), nil)
+	p := postgres.Protocol
+	b := p.NewBook()
+	a := p.NewAnswerer(wire.Env{Book: b})
+	r, out := answer(t, a, b, request(postgres.CancelRequestCode, 0, 0, 0, 1, 0, 0, 0, 2), nil)
 	if !r.Quit || !r.NoReply || out != nil {
 		t.Fatalf("cancel: %+v %q", r, out)
 	}
-	a = p.NewAnswerer(wire.Env{Book: p.NewBook()})
-	answer(t, a, startup("user", "u"), nil)
-	if r, out := answer(t, a, msg('X', ""), nil); !r.Quit || out != nil {
+	a = p.NewAnswerer(wire.Env{Book: b})
+	answer(t, a, b, startup("user", "u"), nil)
+	if r, out := answer(t, a, b, msg('X', ""), nil); !r.Quit || out != nil {
 		t.Fatalf("terminate: %+v %q", r, out)
 	}
 }
 
 func TestAnswererPartialAndLimit(t *testing.T) {
-	p := postgres.Protocol{}
-	a := p.NewAnswerer(wire.Env{Book: p.NewBook(), MaxMessage: 64})
+	p := postgres.Protocol
+	b := p.NewBook()
+	a := p.NewAnswerer(wire.Env{Book: b, MaxMessage: 64})
 	st := startup("user", "u")
 	if _, n, _, err := a.Next(st[:5]); n != 0 || err != nil {
 		t.Fatalf("partial start-up: %d %v", n, err)
 	}
-	answer(t, a, st, nil)
+	answer(t, a, b, st, nil)
 	// a unit is whole only with its Sync
 	req := execCall("s", 1, "").Request
 	if _, n, _, err := a.Next(req[:len(req)-5]); n != 0 || err != nil {
@@ -257,7 +268,7 @@ func TestAnswererPartialAndLimit(t *testing.T) {
 }
 
 func TestDecode(t *testing.T) {
-	p := postgres.Protocol{}
+	p := postgres.Protocol
 	req := enc(&pgproto3.Parse{Query: "insert into t values ($1, $2, $3)", ParameterOIDs: []uint32{20, 25, 3802}},
 		&pgproto3.Bind{ParameterFormatCodes: []int16{1, 0, 1}, Parameters: [][]byte{binary.BigEndian.AppendUint64(nil, 42), []byte("ann"), append([]byte{1}, `{"a":1}`...)}},
 		&pgproto3.Execute{}, &pgproto3.Sync{})

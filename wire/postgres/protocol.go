@@ -2,15 +2,15 @@ package postgres
 
 import "github.com/retrace-dev/retrace/wire"
 
-// Protocol is PostgreSQL as a wire.Protocol; its zero value is ready.
-type Protocol struct{}
+// Protocol is PostgreSQL as a wire.Protocol.
+var Protocol wire.Protocol = protocol{}
 
-var _ wire.Protocol = Protocol{}
+type protocol struct{}
 
-func (Protocol) Name() string { return Proto }
+func (protocol) Name() string { return Proto }
 
 // Detect: the client speaks first, with a start-up packet.
-func (Protocol) Detect(client, server []byte) wire.Verdict {
+func (protocol) Detect(client, server []byte) wire.Verdict {
 	if len(client) == 0 {
 		if len(server) > 0 {
 			return wire.No
@@ -20,18 +20,18 @@ func (Protocol) Detect(client, server []byte) wire.Verdict {
 	return Detect(client)
 }
 
-func (Protocol) NewFramer(side wire.Side, limit int) wire.Framer {
+func (protocol) NewFramer(side wire.Side, limit int) wire.Framer {
 	if side == wire.Client {
 		return NewFrontendFramer(limit)
 	}
 	return NewBackendFramer(limit)
 }
 
-func (Protocol) NewTap() wire.Tap { return tap{} }
+func (protocol) NewTap() wire.Tap { return tap{} }
 
-func (Protocol) NewBook() wire.Book { return newBook() }
+func (protocol) NewBook() wire.Book { return newBook() }
 
-func (Protocol) NewSession(b wire.Book) wire.Session {
+func (protocol) NewSession(b wire.Book) wire.Session {
 	pb, _ := b.(*book)
 	if pb == nil {
 		pb = newBook()
@@ -39,7 +39,7 @@ func (Protocol) NewSession(b wire.Book) wire.Session {
 	return newSession(pb)
 }
 
-func (Protocol) NewAnswerer(env wire.Env) wire.Answerer { return newAnswerer(env) }
+func (protocol) NewAnswerer(env wire.Env) wire.Answerer { return newAnswerer(env) }
 
 // tap is capture's view of a PostgreSQL connection: a call is a write
 // and its answer; start-up, authentication, pings and Terminate are

@@ -61,11 +61,12 @@ const (
 )
 
 // request computes the match features of one unit (client messages ms,
-// raw their bytes) and notes what it names in n. prepared, when not nil,
-// reports whether a statement's SQL has a recorded description: a unit
-// of nothing but prepares is answered by the mock server from those
-// descriptions (wire.Request.Local) when every one is known.
-func (n *names) request(raw []byte, ms []Message, prepared func(sql string) bool) (wire.Request, unitKind) {
+// raw their bytes) and notes what it names in n. A unit of nothing but
+// prepares (Parse, Describe of statements, Close, Sync, Flush) is a
+// wire.Request with Prepare set and, in Args, the SQL of each Parse and
+// Describe in order: the book answers it from any recording when the
+// trace's has no such unit.
+func (n *names) request(raw []byte, ms []Message) (wire.Request, unitKind) {
 	r := wire.Request{Raw: raw, Canon: raw}
 	if len(ms) == 0 {
 		r.Op = "?"
@@ -78,7 +79,7 @@ func (n *names) request(raw []byte, ms []Message, prepared func(sql string) bool
 		}
 		return r, kindSetup
 	}
-	var execs, preps []string
+	var execs, preps, answered []string
 	var args [][]byte
 	canon := []byte(nil)
 	kind := kindPrepare
@@ -93,6 +94,7 @@ func (n *names) request(raw []byte, ms []Message, prepared func(sql string) bool
 				n.stmts[p.Name] = stmt{sql: p.Query, oids: p.ParameterOIDs}
 			}
 			preps = append(preps, p.Query)
+			answered = append(answered, p.Query)
 		case Describe:
 			var d pgproto3.Describe
 			if d.Decode(m.Body) != nil || d.ObjectType != 'S' {
@@ -100,8 +102,10 @@ func (n *names) request(raw []byte, ms []Message, prepared func(sql string) bool
 			}
 			if s, ok := n.stmt(d.Name); ok {
 				preps = appendNew(preps, s.sql)
+				answered = append(answered, s.sql)
 			} else {
 				preps = append(preps, "#"+d.Name)
+				answered = append(answered, "")
 			}
 		case Bind:
 			var b pgproto3.Bind
@@ -177,13 +181,10 @@ func (n *names) request(raw []byte, ms []Message, prepared func(sql string) bool
 		r.Canon = c
 	case kindPrepare:
 		r.Op, r.Key, r.Prepare = "PREPARE "+normAll(preps), strings.Join(preps, "; "), true
-		known := prepared != nil
-		for _, q := range preps {
-			known = known && !strings.HasPrefix(q, "#") && prepared(q)
+		r.Args = make([][]byte, len(answered))
+		for i, q := range answered {
+			r.Args[i] = []byte(q)
 		}
-		// every statement described by some recording: answered from
-		// those, on any connection, like set-up
-		r.Local, r.Setup = known, known
 	case kindCopy:
 		r.Op, r.Canon, r.Body = "COPY DATA", canon, canon
 	}

@@ -24,7 +24,7 @@ func newSession(b *book) *session { return &session{b: b, conns: map[int64]*recC
 
 func (s *session) Units(c wire.Call) []wire.Unit {
 	if c.Setup || len(c.Request) > 0 && c.Request[0] == 0 {
-		r, _ := newNames(nil).request(c.Request, startupMessages(c.Request), nil)
+		r, _ := newNames(nil).request(c.Request, startupMessages(c.Request))
 		r.Setup = true
 		return []wire.Unit{{Req: r, Resp: c.Response}}
 	}
@@ -49,7 +49,12 @@ func (s *session) Units(c wire.Call) []wire.Unit {
 		for i := range u.msgs {
 			ms[i] = u.msgs[i].Message
 		}
-		r, _ := rc.n.request(u.req, ms, s.b.described)
+		r, kind := rc.n.request(u.req, ms)
+		if kind == kindPrepare {
+			// what a live connection prepares depends on what it had
+			// prepared before, not on the request: never waited for
+			r.Setup = true
+		}
 		out = append(out, wire.Unit{Req: r, Resp: u.resp})
 	}
 	return out

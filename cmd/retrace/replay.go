@@ -84,6 +84,7 @@ func runReplay(ctx context.Context, p *proc, args []string) error {
 	baselineAdmin := fs.String("baseline-mock-admin", "", "admin API URL of the baseline's mock server (default: --mock-admin)")
 	repeat := fs.Int("repeat", 1, "replay every session this many times at once, each under its own trace id")
 	timeout := fs.Duration("timeout", 30*time.Second, "timeout of each request to a target or the mock admin API")
+	noModeCheck := fs.Bool("no-mode-check", false, "do not stop when the mock server sees none of the first sessions' downstream calls (a target not in replay mode); for targets whose every downstream is a pass-through")
 	maxDetails := fs.Int("max-details", report.DefaultMaxDetails, "failing sessions shown in full in report.html")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -134,6 +135,7 @@ func runReplay(ctx context.Context, p *proc, args []string) error {
 		Select: regress.Selection{APIs: apis, Since: since.t, Until: until.t, Limit: *limit, Sample: *sample, Seed: *seed},
 		Target: *target, MockAdmin: *mockAdmin, Baseline: *baseline, BaselineMockAdmin: *baselineAdmin,
 		Concurrency: *concurrency, Repeat: *repeat, Rules: rules, Timeout: *timeout, Logf: warn,
+		NoModeCheck: *noModeCheck,
 	}
 	if len(ids) > 0 {
 		cfg.Select.IDs = map[string]bool{}
@@ -214,7 +216,7 @@ func runReplay(ctx context.Context, p *proc, args []string) error {
 
 // replayErr maps configuration errors to usage errors (exit status 2).
 func replayErr(err error) error {
-	if errors.Is(err, regress.ErrConfig) {
+	if errors.Is(err, regress.ErrConfig) || errors.Is(err, regress.ErrUnreachable) || errors.Is(err, regress.ErrNotReplaying) {
 		return usageError("%v", err)
 	}
 	return err

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,6 +111,8 @@ func TestReplayCommandUsageErrors(t *testing.T) {
 	badRules := filepath.Join(dir, "rules.json")
 	os.WriteFile(badRules, []byte("{\"version\":1,\"rules\":[\n  {\"ignore\":\"body.ts\"},\n  {\"ignore\":\"body.items[\"}\n]}"), 0o644)
 	recs := t.TempDir()
+	live := httptest.NewServer(http.NotFoundHandler())
+	defer live.Close()
 	cases := []struct {
 		name string
 		args []string
@@ -121,7 +125,8 @@ func TestReplayCommandUsageErrors(t *testing.T) {
 		{"missing recordings", []string{"--recordings", filepath.Join(dir, "nope"), "--target", "http://127.0.0.1:1"}, "nope"},
 		{"bad rules", []string{"--recordings", recs, "--target", "http://127.0.0.1:1", "--rules", badRules}, badRules + ":3:3: rules[1]: \"ignore\""},
 		{"bad target", []string{"--recordings", recs, "--target", "ftp://x", "--report", t.TempDir()}, "scheme must be http or https"},
-		{"nothing selected", []string{"--recordings", recs, "--target", "http://127.0.0.1:1", "--report", t.TempDir()}, "no recorded session matched"},
+		{"nothing selected", []string{"--recordings", recs, "--target", live.URL, "--report", t.TempDir()}, "no recorded session matched"},
+		{"target down", []string{"--recordings", recs, "--target", "http://127.0.0.1:1", "--report", t.TempDir()}, "candidate target http://127.0.0.1:1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -137,7 +142,7 @@ func TestReplayCommandTargetDown(t *testing.T) {
 	dir, mock := replayFixture(t)
 	code, out, errs := runReplayCmd(t, "--recordings", dir, "--target", "http://127.0.0.1:1", "--mock-admin", mock.AdminURL(),
 		"--report", t.TempDir(), "--timeout", "2s")
-	if code != 1 || !strings.Contains(out, "0 passed, 0 failed, 6 errors") || !strings.Contains(out, "ERROR order-0-a") {
+	if code != 2 || !strings.Contains(errs, "not reachable: candidate target http://127.0.0.1:1") {
 		t.Errorf("exit %d\n%s\n%s", code, out, errs)
 	}
 }

@@ -52,6 +52,9 @@ func DetectNoise(ctx context.Context, cfg Config, nc NoiseConfig) (*Noise, error
 		return nil, err
 	}
 	defer r.close()
+	if err := r.preflight(ctx); err != nil {
+		return nil, err
+	}
 	perAPI := map[string]int{} // bounded by the number of APIs
 	pick := func(s *recording.Session) int {
 		method, path := RequestLine(s.Inbound.Request)

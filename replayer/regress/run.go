@@ -41,6 +41,11 @@ type Config struct {
 	// Timeout bounds each request to a target or the mock admin API.
 	// Zero: 30s.
 	Timeout time.Duration
+	// NoModeCheck turns off the check that stops a replay whose target is
+	// not in replay mode (the mock server sees none of the calls of the
+	// first sessions that recorded some). Set it when every downstream of
+	// the target is a pass-through destination.
+	NoModeCheck bool
 	// Logf receives warnings that do not stop the run (a recording line
 	// that does not decode, a mock admin call that failed to clean up).
 	// Nil: discarded.
@@ -83,7 +88,8 @@ type side struct {
 type runner struct {
 	cfg       Config
 	candidate *side
-	baseline  *side // nil unless A/B
+	baseline  *side      // nil unless A/B
+	mode      *modeCheck // nil: no check
 }
 
 func newRunner(c *Config) (*runner, error) {
@@ -229,8 +235,20 @@ func Run(ctx context.Context, cfg Config, emit func(*Result)) error {
 		return err
 	}
 	defer r.close()
+	if err := r.preflight(ctx); err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	if r.candidate.admin != nil && !r.cfg.NoModeCheck {
+		r.mode = &modeCheck{stop: stop}
+	}
 	repeat := r.cfg.Repeat
-	return runPool(ctx, r, func(*recording.Session) int { return repeat }, r.replaySession, emit)
+	err = runPool(ctx, r, func(*recording.Session) int { return repeat }, r.replaySession, emit)
+	if cause := context.Cause(ctx); errors.Is(cause, ErrNotReplaying) {
+		return cause
+	}
+	return err
 }
 
 // Count returns how many replays Run would make with cfg (for a progress
@@ -332,6 +350,9 @@ func (r *runner) replaySession(ctx context.Context, w *worker, j job) *Result {
 	detail.Replayed = capResponse(cand.resp)
 	if cand.err != nil {
 		return fail(cand.err, detail)
+	}
+	if cand.report != nil {
+		r.mode.observe(s, len(cand.report.Calls))
 	}
 	found, calls := r.judge(res.API, s, rec, cand)
 	detail.Calls = calls

@@ -229,7 +229,10 @@ func (c *client) roundTrip(ctx context.Context, req []byte, method string) (*dif
 		deadline = d
 	}
 	c.conn.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
+	// The connection, not c.conn: the callback can run after roundTrip has
+	// returned and the caller has closed and cleared c.conn.
+	conn := c.conn
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if _, err := c.conn.Write(req); err != nil {
 		return nil, &idleClosed{fmt.Errorf("send to %s: %w", c.t.addr, err)}

@@ -58,3 +58,17 @@ func CString(b []byte) string {
 	}
 	return string(b)
 }
+
+// Insignificant reports whether a client request carries nothing a
+// downstream diff compares: only Close, Sync, Flush and Terminate
+// messages (when a driver closes statements and connections depends on
+// its pool, not on the request).
+func Insignificant(p []byte) bool {
+	seen, only := false, true
+	n, err := Messages(p, true, false, func(m Message) bool {
+		seen = true
+		only = m.Type == Close || m.Type == Sync || m.Type == Flush || m.Type == Terminate
+		return only
+	})
+	return err == nil && seen && only && n == len(p)
+}

@@ -14,10 +14,14 @@ import (
 type TypesFunc func(sql string) []uint32
 
 // Decode returns a human-readable form of a burst of whole messages sent
-// by side: for a client, each statement with its typed parameters
-// ("EXECUTE select … [42, 'x']"), fields "sql" (or "sql[i]") and
-// "params[j]"; for a server, rows decoded by their RowDescription,
-// command tags and errors, fields "rows[i].column", "command", "error".
+// by side: for a client, each message with the statements' typed
+// parameters ("BIND select … [42, \"x\"]"), fields "sql" (or "sql[i]":
+// each statement text run or prepared, in order), "statement[i]" (a
+// prepared statement the burst binds by name without its Parse: names
+// are the connection's own), "params[j]" (every parameter bound, in
+// order) and "copy" (COPY data); for a server, rows decoded by their
+// RowDescription, command tags and errors, fields "rows[i].column",
+// "command", "error".
 func (protocol) Decode(side wire.Side, b []byte) (wire.Decoded, bool) {
 	if side == wire.Server {
 		return DecodeAnswer(b)
@@ -32,11 +36,17 @@ func DecodeRequest(b []byte, types TypesFunc) (wire.Decoded, bool) {
 	var d wire.Decoded
 	var lines []string
 	n := newNames(nil)
-	nsql, nparam := 0, 0
+	nsql, nparam, nstmt := 0, 0, 0
+	last := ""
 	addSQL := func(q string) {
+		if q == last {
+			return
+		}
+		last = q
 		d.Fields = append(d.Fields, wire.Field{Path: "sql", Value: q})
 		nsql++
 	}
+	var copyData []byte
 	_, err := Messages(b, true, len(b) > 0 && b[0] == 0, func(m Message) bool {
 		switch m.Type {
 		case 0:
@@ -77,9 +87,10 @@ func DecodeRequest(b []byte, types TypesFunc) (wire.Decoded, bool) {
 			}
 			what := s.sql
 			if what == "" {
-				what = strconv.Quote(bd.PreparedStatement)
-				addSQL("statement " + what)
-			} else if bd.PreparedStatement != "" || len(s.oids) == 0 && nsql == 0 {
+				what = "statement " + strconv.Quote(bd.PreparedStatement)
+				d.Fields = append(d.Fields, wire.Field{Path: "statement[" + strconv.Itoa(nstmt) + "]", Value: bd.PreparedStatement})
+				nstmt++
+			} else {
 				addSQL(s.sql)
 			}
 			lines = append(lines, fmt.Sprintf("BIND %s [%s]", what, strings.Join(vals, ", ")))
@@ -99,7 +110,7 @@ func DecodeRequest(b []byte, types TypesFunc) (wire.Decoded, bool) {
 			lines = append(lines, "FLUSH")
 		case CopyData:
 			lines = append(lines, "COPY DATA "+clipText(string(m.Body)))
-			d.Fields = append(d.Fields, wire.Field{Path: "copy", Value: string(m.Body)})
+			copyData = append(copyData, m.Body...)
 		case CopyDone:
 			lines = append(lines, "COPY DONE")
 		case CopyFail:
@@ -122,6 +133,9 @@ func DecodeRequest(b []byte, types TypesFunc) (wire.Decoded, bool) {
 				i++
 			}
 		}
+	}
+	if copyData != nil {
+		d.Fields = append(d.Fields, wire.Field{Path: "copy", Value: string(copyData)})
 	}
 	d.Text = strings.Join(lines, "; ")
 	return d, true

@@ -638,3 +638,38 @@ func urlWithHost(u string) (pgURL, error) {
 }
 
 func (u pgURL) with(host string) string { return u.before + host + u.after }
+
+// TestPostgresBootsWithoutRecordings starts services that ping
+// PostgreSQL at start-up (pgxpool and database/sql over lib/pq and pgx
+// stdlib) in replay mode against a mock server that has no recording at
+// all: the start-up and the ping are answered by the mock server, and an
+// untraced query gets PostgreSQL's error at once.
+func TestPostgresBootsWithoutRecordings(t *testing.T) {
+	srv := mocktest.NewServer(t, mockserver.Config{})
+	undo, err := hook.Install(hook.Config{Mode: hook.Replay, MockAddr: srv.Addr(), NoClock: true,
+		Passthrough: []string{strings.TrimPrefix(srv.AdminURL(), "http://")}})
+	if err != nil {
+		t.Fatalf("installing the agent: %v", err)
+	}
+	defer undo()
+	// nothing listens there: only the mock server can answer
+	const url = "postgres://app:secret@127.0.0.1:1/appdb?sslmode=prefer"
+	for _, cl := range []pgClient{pgClients[0], pgClients[6], pgClients[7]} {
+		t.Run(cl.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c := cl.open(t, url)
+			defer c.close()
+			if err := c.ping(ctx); err != nil {
+				t.Fatalf("start-up ping: %v", err)
+			}
+			_, err := c.row(ctx, "SELECT count(*) FROM orders")
+			if code := pgErrCode(err); code != "XX000" {
+				t.Fatalf("untraced query: %v (SQLSTATE %s), want the mock server's error XX000", err, code)
+			}
+			if !strings.Contains(err.Error(), "retrace") {
+				t.Errorf("the error does not say who answered: %v", err)
+			}
+		})
+	}
+}

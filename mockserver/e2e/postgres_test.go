@@ -27,6 +27,7 @@ import (
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/recording/capture"
 	"github.com/retrace-dev/retrace/trace"
+	"github.com/retrace-dev/retrace/wire/postgres"
 )
 
 // pgClient is one way a service talks to PostgreSQL: a pgx pool in one
@@ -347,6 +348,17 @@ func pgReordered(ctx context.Context, c pgConn, i int, replay bool) (string, err
 	return got[i] + "|" + got[i+1], nil
 }
 
+func summarizeCall(b []byte) string {
+	d, ok := postgres.DecodeRequest(b, nil)
+	if !ok {
+		return fmt.Sprintf("%q", b[:min(len(b), 80)])
+	}
+	if len(d.Text) > 160 {
+		return d.Text[:160]
+	}
+	return d.Text
+}
+
 func pgErrCode(err error) string {
 	if err == nil {
 		return "no error"
@@ -514,11 +526,13 @@ func pgRecordAndReplay(t *testing.T, cl pgClient, realURL string) {
 	sut.Close()
 	serveWG.Wait()
 	c.close()
+	// every goroutine running patched code ends before the patches go:
+	// unpatching rewrites the code they run
+	stopPG()
 	undo()
 	if err := recorder.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	stopPG()
 	t.Logf("recorded answer of request 1: %s", want[1])
 	for i, w := range want {
 		if cl.reorder {
@@ -565,7 +579,8 @@ func pgRecordAndReplay(t *testing.T, cl pgClient, realURL string) {
 	sut.Close()
 	serveWG.Wait()
 	c.close()
-	undo()
+	defer undo() // after srv.Close below: see the record phase
+	defer srv.Close()
 	failed := 0
 	for i := range traces {
 		if got[i] != want[i] {
@@ -577,6 +592,18 @@ func pgRecordAndReplay(t *testing.T, cl pgClient, realURL string) {
 	}
 	if failed > 0 {
 		t.Errorf("%d of %d sessions failed", failed, traces)
+		rd, _ := recording.Open(ctx, dir)
+		rd.Scan(ctx, func(s *recording.Session) error {
+			for i := range traces {
+				if s.ID == tids[i] && got[i] != want[i] {
+					for _, c := range s.Calls {
+						t.Logf("request %d recorded call %d setup=%v conn=%d: %s", i, c.Seq, c.Setup, c.Conn, summarizeCall(c.Request))
+					}
+				}
+			}
+			return nil
+		})
+		rd.Close()
 	}
 	resp, err := http.Get(srv.AdminURL() + "/missing")
 	if err != nil {
@@ -652,6 +679,7 @@ func TestPostgresBootsWithoutRecordings(t *testing.T) {
 		t.Fatalf("installing the agent: %v", err)
 	}
 	defer undo()
+	defer srv.Close() // first: no mock connection runs patched code while the patches go
 	// nothing listens there: only the mock server can answer
 	const url = "postgres://app:secret@127.0.0.1:1/appdb?sslmode=prefer"
 	for _, cl := range []pgClient{pgClients[0], pgClients[6], pgClients[7]} {

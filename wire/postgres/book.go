@@ -54,9 +54,6 @@ func (b *book) Learn(c wire.Call) {
 		}
 		return
 	}
-	if c.Setup {
-		return
-	}
 	var p pairer
 	p.addClient(c.Request)
 	units := p.addServer(c.Response)

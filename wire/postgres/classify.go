@@ -9,16 +9,26 @@ import (
 // belongs to the connection rather than to a request: start-up packets
 // (StartupMessage, SSLRequest, GSSENCRequest, CancelRequest), the
 // authentication exchange (password, SASL and GSS messages), Terminate,
-// and a ping (a simple query of nothing but comments and semicolons, as
-// pgx and database/sql send to check a pooled connection). A write of
+// a ping (a simple query of nothing but comments and semicolons, as pgx
+// and database/sql send to check a pooled connection), and statements
+// prepared or closed (Parse, Describe of a statement, Close, Sync, Flush
+// and nothing else: whether a request prepares depends on what its
+// connection prepared before, as a statement cache decides). A write of
 // bytes that are not whole messages is not set-up.
 func SetupWrite(p []byte) bool {
 	untyped := len(p) > 0 && p[0] == 0
 	seen, setup := false, true
 	n, err := Messages(p, true, untyped, func(m Message) bool {
 		seen = true
-		setup = m.Type == 0 || m.Type == Password || m.Type == Terminate ||
-			m.Type == Query && IsPing(CString(m.Body))
+		switch m.Type {
+		case 0, Password, Terminate, Parse, Close, Sync, Flush:
+		case Describe:
+			setup = len(m.Body) > 0 && m.Body[0] == 'S'
+		case Query:
+			setup = IsPing(CString(m.Body))
+		default:
+			setup = false
+		}
 		return setup
 	})
 	return err == nil && seen && setup && n == len(p)

@@ -357,3 +357,36 @@ func TestFormatValue(t *testing.T) {
 		})
 	}
 }
+
+// TestTapFollowsAnswers: the tap attributes answers by the protocol, and
+// says when the requests written have had all their answers.
+func TestTapFollowsAnswers(t *testing.T) {
+	tp := postgres.Protocol.NewTap()
+	if tp.ReadsOnWriter() {
+		t.Fatal("PostgreSQL answers are attributed by the protocol")
+	}
+	if f := tp.Write(request(postgres.SSLRequestCode), "t1", true); !f.Setup {
+		t.Fatal("SSLRequest not set-up")
+	}
+	tp.Read([]byte("N"))
+	tp.Write(startup("user", "u"), "t1", true)
+	auth := enc(&pgproto3.AuthenticationOk{}, &pgproto3.ParameterStatus{Name: "a", Value: "b"}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+	for i := range auth {
+		if !tp.Read(auth[i : i+1]) {
+			t.Fatalf("start-up answer byte %d not attributed", i)
+		}
+	}
+	if tp.Read(enc(&pgproto3.NotificationResponse{Channel: "c"})) {
+		t.Fatal("a notification between requests attributed to the last call")
+	}
+	if f := tp.Write(enc(&pgproto3.Query{String: "select 1"}, &pgproto3.Query{String: "select 2"}), "t2", true); f.Setup || f.Trace != "t2" {
+		t.Fatalf("filing %+v", f)
+	}
+	one := enc(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+	if !tp.Read(one[:3]) || !tp.Read(one[3:]) || !tp.Read(one) {
+		t.Fatal("the answers owed to two queries not attributed")
+	}
+	if tp.Read(one) {
+		t.Fatal("an answer beyond those owed attributed")
+	}
+}

@@ -216,7 +216,10 @@ func TestSetupWrite(t *testing.T) {
 		{"pgx ping", msg('Q', "-- ping\x00"), true},
 		{"empty query", msg('Q', ";\x00"), true},
 		{"query", msg('Q', "select 1\x00"), false},
-		{"parse and sync", append(msg('P', "\x00select 1\x00\x00\x00"), msg('S', "")...), false},
+		{"prepare", append(append(msg('P', "s1\x00select 1\x00\x00\x00"), msg('D', "Ss1\x00")...), msg('S', "")...), true},
+		{"close", append(msg('C', "Ss1\x00"), msg('S', "")...), true},
+		{"parse, bind, execute", append(append(append(msg('P', "\x00select 1\x00\x00\x00"), msg('B', "\x00\x00\x00\x00\x00\x00\x00\x00")...), msg('E', "\x00\x00\x00\x00\x00")...), msg('S', "")...), false},
+		{"describe portal", append(msg('D', "P\x00"), msg('S', "")...), false},
 		{"partial", msg('X', "")[:3], false},
 		{"empty", nil, false},
 	}

@@ -1,6 +1,10 @@
 package postgres
 
-import "github.com/retrace-dev/retrace/wire"
+import (
+	"encoding/binary"
+
+	"github.com/retrace-dev/retrace/wire"
+)
 
 // Protocol is PostgreSQL as a wire.Protocol.
 var Protocol wire.Protocol = protocol{}
@@ -27,7 +31,7 @@ func (protocol) NewFramer(side wire.Side, limit int) wire.Framer {
 	return NewBackendFramer(limit)
 }
 
-func (protocol) NewTap() wire.Tap { return tap{} }
+func (protocol) NewTap() wire.Tap { return &tap{} }
 
 func (protocol) NewBook() wire.Book { return newBook() }
 
@@ -42,15 +46,107 @@ func (protocol) NewSession(b wire.Book) wire.Session {
 func (protocol) NewAnswerer(env wire.Env) wire.Answerer { return newAnswerer(env) }
 
 // tap is capture's view of a PostgreSQL connection: a call is a write
-// and its answer; start-up, authentication, pings and Terminate are
-// set-up. Drivers read answers on the goroutine that wrote (pgx also
-// from a background reader it starts from there, which inherits the
-// trace).
-type tap struct{}
-
-func (tap) Write(p []byte, tid string, _ bool) wire.Filing {
-	return wire.Filing{Trace: tid, Setup: SetupWrite(p)}
+// and its answer; start-up, authentication, pings, prepares and
+// Terminate are set-up. Answers are attributed by the protocol, not by
+// the goroutine that reads them: pgx reads from a background goroutine
+// when a write is slow (started by a timer, it has no trace), and the
+// answers of a connection come in the order of its requests. The tap
+// counts the ReadyForQuery messages (or CopyInResponse, CopyBothResponse)
+// the requests written so far are owed, reading only message headers:
+// bytes read once nothing is owed answer a request not reported yet, or
+// are a notification between requests; capture gives them to the next
+// call.
+type tap struct {
+	owed    int  // answers owed to the requests written; -1: unknown (start-up)
+	hdr     [5]byte
+	hdrN    int // bytes of the current message's header read so far
+	skip    int // bytes of the current message's body still to come
+	msgType byte
+	encAns  bool // the next byte answers an SSLRequest or GSSENCRequest
 }
 
-func (tap) Read([]byte) bool    { return true }
-func (tap) ReadsOnWriter() bool { return true }
+func (t *tap) Write(p []byte, tid string, _ bool) wire.Filing {
+	setup := SetupWrite(p)
+	if len(p) > 0 && (p[0] == 0 || p[0] == Password) {
+		t.owed = -1 // the server's answers to a start-up are its own business
+		if m, n, err := Next(p, true, true, 0); err == nil && n > 0 && (m.Code == SSLRequestCode || m.Code == GSSENCRequestCode) {
+			t.encAns = true
+		}
+	} else if t.owed >= 0 {
+		Messages(p, true, false, func(m Message) bool {
+			switch m.Type {
+			case Sync, Query, CopyDone, CopyFail, FunctionCall:
+				t.owed++
+			}
+			return true
+		})
+	}
+	return wire.Filing{Trace: tid, Setup: setup}
+}
+
+// Read follows the server's message headers; it reports false when the
+// requests written so far have had every answer they are owed.
+func (t *tap) Read(p []byte) bool {
+	if t.owed < 0 {
+		// start-up: owed is known again from the first ReadyForQuery on
+		t.scan(p, true)
+		return true
+	}
+	if t.owed == 0 && t.hdrN == 0 && t.skip == 0 {
+		return false
+	}
+	t.scan(p, false)
+	return true
+}
+
+// scan advances over p's message headers and bodies.
+func (t *tap) scan(p []byte, startup bool) {
+	if t.encAns && len(p) > 0 {
+		t.encAns, p = false, p[1:]
+	}
+	for len(p) > 0 {
+		if t.skip > 0 {
+			n := min(t.skip, len(p))
+			t.skip -= n
+			p = p[n:]
+			if t.skip == 0 {
+				t.done(startup)
+			}
+			continue
+		}
+		n := copy(t.hdr[t.hdrN:], p)
+		t.hdrN += n
+		p = p[n:]
+		if t.hdrN < 5 {
+			return
+		}
+		t.hdrN = 0
+		t.msgType = t.hdr[0]
+		l := int(binary.BigEndian.Uint32(t.hdr[1:]))
+		if l < 4 {
+			t.owed = -1 // not PostgreSQL framing any more: attribute everything
+			return
+		}
+		if t.skip = l - 4; t.skip == 0 {
+			t.done(startup)
+		}
+	}
+}
+
+// done notes a whole message of type t.msgType.
+func (t *tap) done(startup bool) {
+	switch t.msgType {
+	case ReadyForQuery:
+		if startup {
+			t.owed = 0
+		} else if t.owed > 0 {
+			t.owed--
+		}
+	case CopyInResponse, CopyBothResponse:
+		if !startup && t.owed > 0 {
+			t.owed--
+		}
+	}
+}
+
+func (*tap) ReadsOnWriter() bool { return false }

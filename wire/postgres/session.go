@@ -3,11 +3,12 @@ package postgres
 import "github.com/retrace-dev/retrace/wire"
 
 // session reads one recording's calls to one destination into units
-// (wire.Session). Calls are fed in recorded order; each recorded
-// connection has its own pairing and names, so a unit whose messages or
-// answer span calls (a COPY whose data followed its answer, a pipeline
-// read while it was written) is whole, returned with the call that
-// completed it.
+// (wire.Session). Calls are fed in recorded order, set-up calls too (they
+// prepare the statements later calls bind); each recorded connection has
+// its own pairing and names, so a unit whose messages or answer span
+// calls (a COPY whose data followed its answer, a pipeline read while it
+// was written) is whole, returned with the call that completed it.
+// Start-up and authentication calls are units of their own.
 type session struct {
 	b     *book
 	conns map[int64]*recConn
@@ -23,7 +24,7 @@ var _ wire.Session = (*session)(nil)
 func newSession(b *book) *session { return &session{b: b, conns: map[int64]*recConn{}} }
 
 func (s *session) Units(c wire.Call) []wire.Unit {
-	if c.Setup || len(c.Request) > 0 && c.Request[0] == 0 {
+	if len(c.Request) > 0 && (c.Request[0] == 0 || c.Request[0] == Password) {
 		r, _ := newNames(nil).request(c.Request, startupMessages(c.Request))
 		r.Setup = true
 		return []wire.Unit{{Req: r, Resp: c.Response}}
@@ -50,7 +51,7 @@ func (s *session) Units(c wire.Call) []wire.Unit {
 			ms[i] = u.msgs[i].Message
 		}
 		r, kind := rc.n.request(u.req, ms)
-		if kind == kindPrepare {
+		if kind == kindPrepare || c.Setup {
 			// what a live connection prepares depends on what it had
 			// prepared before, not on the request: never waited for
 			r.Setup = true

@@ -57,7 +57,7 @@ func (protocol) NewAnswerer(env wire.Env) wire.Answerer { return newAnswerer(env
 // are a notification between requests; capture gives them to the next
 // call.
 type tap struct {
-	owed    int  // answers owed to the requests written; -1: unknown (start-up)
+	owed    int // answers owed to the requests written; -1: unknown (start-up)
 	hdr     [5]byte
 	hdrN    int // bytes of the current message's header read so far
 	skip    int // bytes of the current message's body still to come

@@ -6,7 +6,6 @@ import (
 
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/wire"
-	"github.com/retrace-dev/retrace/wire/mysql"
 	"github.com/retrace-dev/retrace/wire/protocols"
 )
 
@@ -26,7 +25,7 @@ var connIDs atomic.Uint32
 func (c *conn) newAnswerer(proto wire.Protocol) wire.Answerer {
 	c.proto = proto
 	return proto.NewAnswerer(wire.Env{
-		Book:       lockedBook{ix: c.s.idx, dst: c.dst},
+		Book:       lockedBook{ix: c.s.idx, dst: c.dst, proto: proto},
 		MaxMessage: c.s.cfg.MaxMessage,
 		TraceID:    func() string { return c.msgTID },
 		ConnID:     connIDs.Add(1),
@@ -36,8 +35,9 @@ func (c *conn) newAnswerer(proto wire.Protocol) wire.Answerer {
 // lockedBook reads the book of dst under the index's lock: recordings
 // loaded later write to it.
 type lockedBook struct {
-	ix  *index
-	dst string
+	ix    *index
+	dst   string
+	proto wire.Protocol
 }
 
 func (b lockedBook) Learn(wire.Call) {}
@@ -49,7 +49,7 @@ func (b lockedBook) Greeting(connID uint32) []byte {
 		return d.book.Greeting(connID)
 	}
 	// no recording names the destination: the protocol's own default
-	return protocols.All.For(mysql.Name).NewBook().Greeting(connID)
+	return b.proto.NewBook().Greeting(connID)
 }
 
 func (b lockedBook) Fallback(r *wire.Request) ([]byte, int, bool) {
@@ -62,14 +62,17 @@ func (b lockedBook) Fallback(r *wire.Request) ([]byte, int, bool) {
 }
 
 // protoFor returns the protocol to speak with dst: what its recordings say,
-// else MySQL for the MySQL port (the server speaks first, so there is
-// nothing to detect from), else "" (detect from the first request).
+// else a protocol whose server speaks first by its well-known port (MySQL
+// for 3306: there is nothing to detect from), else "" (detect from the
+// first request).
 func (s *Server) protoFor(dst string) string {
 	if d := s.idx.dst(dst); d != nil {
 		return d.proto
 	}
-	if _, port, err := net.SplitHostPort(dst); err == nil && port == mysql.DefaultPort {
-		return protoMySQL
+	if _, port, err := net.SplitHostPort(dst); err == nil {
+		if p, ok := protocols.All.ForPort(port); ok {
+			return p.Name()
+		}
 	}
 	return ""
 }

@@ -83,6 +83,10 @@ func appendCall(b []byte, c *Call) []byte {
 	}
 	b = appendPayload(b, "request", c.Request)
 	b = appendPayload(b, "response", c.Response)
+	if c.Decoded != "" {
+		b = append(b, `,"decoded":`...)
+		b = appendString(b, c.Decoded)
+	}
 	b = appendTail(b, c.StartNs, c.DurNs, c.RequestTruncated, c.ResponseTruncated)
 	return append(b, '}')
 }

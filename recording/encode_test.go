@@ -38,6 +38,8 @@ func TestMarshalMatchesEncodingJSON(t *testing.T) {
 			Inbound: Inbound{Proto: "http", Request: []byte("a\tb\r\nc<d>&\"e\"\\"), Response: []byte{}}},
 		"invalid utf8 in a name": {ID: "a", App: "a\xffb\xc3", At: time.Unix(1, 0).UTC(),
 			Calls: []Call{{Proto: "raw", Dst: "\xfe", Conn: -3, Request: []byte{0xff}, StartNs: -5}}},
+		"decoded": {ID: "a", At: time.Unix(1, 0).UTC(),
+			Calls: []Call{{Proto: "mysql", Request: []byte{0x05, 0, 0, 0, 0x17, 0xff}, Decoded: "EXECUTE #1 (42, \"<x>\")\nSELECT 1"}}},
 		"all marks": {ID: "a", V: 1, At: time.Unix(1, 0).UTC(), Inbound: Inbound{RequestTruncated: true, ResponseTruncated: true},
 			Calls: []Call{{Setup: true, RequestTruncated: true, ResponseTruncated: true}}},
 	}
@@ -57,7 +59,7 @@ func FuzzMarshalMatchesEncodingJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, id, app string, req, resp []byte, n int64) {
 		s := &Session{ID: id, App: app, At: time.Unix(0, n).UTC(),
 			Inbound: Inbound{Proto: app, Local: id, Request: req, Response: resp, StartNs: n},
-			Calls:   []Call{{Seq: int(n % 100), Proto: id, Dst: app, Conn: n, Request: resp, Response: req, DurNs: n}}}
+			Calls:   []Call{{Seq: int(n % 100), Proto: id, Dst: app, Conn: n, Request: resp, Response: req, DurNs: n, Decoded: app}}}
 		sameJSON(t, s)
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/retrace-dev/retrace/internal/stripe"
 )
@@ -55,6 +56,10 @@ type PipelineConfig struct {
 	FlushInterval time.Duration
 	// ErrorLog receives write errors. Nil discards them (they are counted).
 	ErrorLog func(error)
+	// Decode, when set, gives each call whose request is not UTF-8 text
+	// its decoded form (Call.Decoded; "" for none), on the writer, after
+	// masking and capping. capture.Decode is the wire protocols'.
+	Decode func(proto string, request []byte) string
 }
 
 // Stats are the pipeline's counters.
@@ -317,6 +322,13 @@ func (w *pipelineWriter) write() {
 		}
 		if Cap(s, p.cfg.MaxPayload) {
 			p.truncated.Add(1)
+		}
+		if p.cfg.Decode != nil {
+			for i := range s.Calls {
+				if c := &s.Calls[i]; c.Decoded == "" && len(c.Request) > 0 && !utf8.Valid(c.Request) {
+					c.Decoded = p.cfg.Decode(c.Proto, c.Request)
+				}
+			}
 		}
 	}
 	if err := p.cfg.Store.Write(context.Background(), w.batch); err != nil {

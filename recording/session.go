@@ -60,6 +60,11 @@ type Call struct {
 	DurNs             int64
 	RequestTruncated  bool
 	ResponseTruncated bool
+	// Decoded is optional: the request in its protocol's human-readable
+	// form (MySQL commands with their statement and parameters), kept
+	// when the request's bytes are not text, so that recordings stay
+	// greppable. Readers that do not know it skip it; it is never matched.
+	Decoded string
 }
 
 // payloads on the wire: valid UTF-8 travels as a string, anything else as
@@ -88,6 +93,7 @@ type callJSON struct {
 	RequestB64        []byte  `json:"request_b64,omitempty"`
 	Response          *string `json:"response,omitempty"`
 	ResponseB64       []byte  `json:"response_b64,omitempty"`
+	Decoded           string  `json:"decoded,omitempty"`
 	StartNs           int64   `json:"start_ns"`
 	DurNs             int64   `json:"dur_ns"`
 	RequestTruncated  bool    `json:"request_truncated,omitempty"`
@@ -136,7 +142,7 @@ func (in *Inbound) UnmarshalJSON(b []byte) error {
 // MarshalJSON implements json.Marshaler with the payload rules of schema v1.
 func (c Call) MarshalJSON() ([]byte, error) {
 	j := callJSON{Seq: c.Seq, Proto: c.Proto, Dst: c.Dst, Setup: c.Setup, Conn: c.Conn, StartNs: c.StartNs, DurNs: c.DurNs,
-		RequestTruncated: c.RequestTruncated, ResponseTruncated: c.ResponseTruncated}
+		RequestTruncated: c.RequestTruncated, ResponseTruncated: c.ResponseTruncated, Decoded: c.Decoded}
 	j.Request, j.RequestB64 = splitPayload(c.Request)
 	j.Response, j.ResponseB64 = splitPayload(c.Response)
 	return json.Marshal(j)
@@ -150,7 +156,7 @@ func (c *Call) UnmarshalJSON(b []byte) error {
 	}
 	*c = Call{Seq: j.Seq, Proto: j.Proto, Dst: j.Dst, Setup: j.Setup, Conn: j.Conn, StartNs: j.StartNs, DurNs: j.DurNs,
 		Request: joinPayload(j.Request, j.RequestB64), Response: joinPayload(j.Response, j.ResponseB64),
-		RequestTruncated: j.RequestTruncated, ResponseTruncated: j.ResponseTruncated}
+		RequestTruncated: j.RequestTruncated, ResponseTruncated: j.ResponseTruncated, Decoded: j.Decoded}
 	return nil
 }
 

@@ -57,6 +57,25 @@ func (r *Registry) Fallback() Protocol { return r.raw }
 // fallback not included). The slice is the caller's.
 func (r *Registry) Protocols() []Protocol { return append([]Protocol(nil), r.list...) }
 
+// Ported is implemented by a protocol whose server speaks first (MySQL):
+// with no client bytes to detect it from, its well-known port is what the
+// mock server goes by for a destination no recording names.
+type Ported interface {
+	Protocol
+	// Port is the protocol's well-known port ("3306").
+	Port() string
+}
+
+// ForPort returns the server-first protocol of a well-known port.
+func (r *Registry) ForPort(port string) (Protocol, bool) {
+	for _, p := range r.list {
+		if pp, ok := p.(Ported); ok && pp.Port() == port {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
 // Detect runs every protocol over the first bytes of each side. It returns
 // the first protocol that is sure, the fallback when none can be any more
 // (every one said No, or either side sent DetectBound bytes or more), and

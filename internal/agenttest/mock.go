@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/retrace-dev/retrace/wire/redis"
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -268,62 +268,17 @@ func answer(proto Proto, buf []byte) (rest, out []byte, err error) {
 	return buf, out, fmt.Errorf("unknown protocol %d", proto)
 }
 
-// parseRESP decodes one command (an array of bulk strings) at the start of
-// b; n is 0 when b holds only part of it.
+// parseRESP decodes one command at the start of b (wire/redis); n is 0
+// when b holds only part of it.
 func parseRESP(b []byte) (args []string, n int, err error) {
-	line := func(at int) (string, int, bool) {
-		i := bytes.Index(b[at:], []byte("\r\n"))
-		if i < 0 {
-			return "", 0, false
-		}
-		return string(b[at : at+i]), at + i + 2, true
+	raw, n, err := redis.ParseCommand(b, len(b)+1)
+	if err != nil || n == 0 {
+		return nil, 0, err
 	}
-	head, p, ok := line(0)
-	if !ok {
-		return nil, 0, nil
+	for _, a := range raw {
+		args = append(args, string(a))
 	}
-	if !strings.HasPrefix(head, "*") {
-		return nil, 0, fmt.Errorf("RESP command starts with %q", head)
-	}
-	count, err := respCount(head[1:])
-	if err != nil {
-		return nil, 0, fmt.Errorf("bad RESP array header %q", head)
-	}
-	for range count {
-		h, q, ok := line(p)
-		if !ok {
-			return nil, 0, nil
-		}
-		if !strings.HasPrefix(h, "$") {
-			return nil, 0, fmt.Errorf("RESP argument starts with %q", h)
-		}
-		size, err := respCount(h[1:])
-		if err != nil {
-			return nil, 0, fmt.Errorf("bad RESP bulk header %q", h)
-		}
-		if q+size+2 > len(b) {
-			return nil, 0, nil
-		}
-		if b[q+size] != '\r' || b[q+size+1] != '\n' {
-			return nil, 0, fmt.Errorf("RESP bulk string of %d bytes not followed by CRLF", size)
-		}
-		args = append(args, string(b[q:q+size]))
-		p = q + size + 2
-	}
-	return args, p, nil
-}
-
-// respCount parses a RESP length: decimal digits, no sign, no leading zero.
-func respCount(s string) (int, error) {
-	if s == "" || len(s) > 9 || (s[0] == '0' && len(s) > 1) {
-		return 0, fmt.Errorf("bad RESP length %q", s)
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, fmt.Errorf("bad RESP length %q", s)
-		}
-	}
-	return strconv.Atoi(s)
+	return args, n, nil
 }
 
 func respReply(args []string) string {

@@ -28,6 +28,7 @@ import (
 	"github.com/retrace-dev/retrace/recording/capture"
 	"github.com/retrace-dev/retrace/trace"
 	"github.com/retrace-dev/retrace/wire/postgres"
+	"github.com/retrace-dev/retrace/wire/wiretest"
 )
 
 // pgClient is one way a service talks to PostgreSQL: a pgx pool in one
@@ -520,7 +521,7 @@ func pgRecordAndReplay(t *testing.T, cl pgClient, realURL string) {
 	sut, c := pgService(t, cl, url, table, nonce, false)
 	var serveWG sync.WaitGroup
 	serveWG.Go(func() { sut.Serve(sutLn) })
-	want := drive(sutLn.Addr().String(), func(i int) string {
+	want := wiretest.Drive(t, sutLn.Addr().String(), traces, func(i int) string {
 		return fmt.Sprintf("traceparent: 00-%s-%016x-01", tids[i], i+1)
 	})
 	sut.Close()
@@ -575,7 +576,7 @@ func pgRecordAndReplay(t *testing.T, cl pgClient, realURL string) {
 	}
 	sut, c = pgService(t, cl, url, table, nonce, true)
 	serveWG.Go(func() { sut.Serve(sutLn) })
-	got := drive(sutLn.Addr().String(), func(i int) string { return "Retrace-Trace-Id: " + tids[i] })
+	got := wiretest.Drive(t, sutLn.Addr().String(), traces, func(i int) string { return "Retrace-Trace-Id: " + tids[i] })
 	sut.Close()
 	serveWG.Wait()
 	c.close()

@@ -18,13 +18,13 @@ import (
 	"github.com/go-sql-driver/mysql"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/retrace-dev/retrace/hook"
-	"github.com/retrace-dev/retrace/internal/agenttest"
 	"github.com/retrace-dev/retrace/internal/testenv"
 	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/mockserver/mocktest"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/recording/capture"
 	"github.com/retrace-dev/retrace/trace"
+	"github.com/retrace-dev/retrace/wire/wiretest"
 	"go.uber.org/goleak"
 )
 
@@ -201,31 +201,6 @@ func newService(t *testing.T, redisAddr, dbName, prefix, base string) (*http.Ser
 	})}, c
 }
 
-// drive sends request i with the extra header hdr(i) from 128 concurrent
-// clients and returns the bodies.
-func drive(addr string, hdr func(i int) string) []string {
-	got := make([]string, traces)
-	var wg sync.WaitGroup
-	for i := range traces {
-		wg.Go(func() {
-			rc, err := agenttest.DialRaw(addr)
-			if err != nil {
-				got[i] = err.Error()
-				return
-			}
-			defer rc.Close()
-			code, body, err := rc.Get(fmt.Sprintf("/work?i=%d", i), hdr(i))
-			if err != nil || code != 200 {
-				got[i] = fmt.Sprintf("status %d: %s %v", code, body, err)
-				return
-			}
-			got[i] = string(body)
-		})
-	}
-	wg.Wait()
-	return got
-}
-
 // replayThroughAgent runs the service under the agent in replay mode with
 // every downstream answered by srv, replays the 128 requests concurrently
 // and checks they got their recorded answers.
@@ -249,7 +224,7 @@ func replayThroughAgent(t *testing.T, srv *mockserver.Server, redisAddr, dbName,
 		c.close()
 		undo()
 	}()
-	got := drive(sutLn.Addr().String(), func(i int) string { return "Retrace-Trace-Id: " + tid(i) })
+	got := wiretest.Drive(t, sutLn.Addr().String(), traces, func(i int) string { return "Retrace-Trace-Id: " + tid(i) })
 	for i := range traces {
 		if got[i] != want[i] {
 			t.Errorf("request %d: replay answered %q, recorded %q", i, got[i], want[i])
@@ -335,7 +310,7 @@ func TestRecordAndReplayThroughAgent(t *testing.T) {
 	sut, c := newService(t, redisAddr, dbName, prefix, ds.URL)
 	var serveWG sync.WaitGroup
 	serveWG.Go(func() { sut.Serve(sutLn) })
-	want := drive(sutLn.Addr().String(), func(i int) string {
+	want := wiretest.Drive(t, sutLn.Addr().String(), traces, func(i int) string {
 		return fmt.Sprintf("traceparent: 00-%s-%016x-01", tids[i], i+1)
 	})
 	sut.Close()

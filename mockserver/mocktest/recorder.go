@@ -8,10 +8,8 @@ import (
 	"time"
 
 	"github.com/retrace-dev/retrace/recording"
-	"github.com/retrace-dev/retrace/wire/http1"
-	"github.com/retrace-dev/retrace/wire/mysql"
-	"github.com/retrace-dev/retrace/wire/postgres"
-	"github.com/retrace-dev/retrace/wire/redis"
+	"github.com/retrace-dev/retrace/wire"
+	"github.com/retrace-dev/retrace/wire/protocols"
 )
 
 // Recorder captures the bytes real clients exchange with real servers and
@@ -50,7 +48,8 @@ func (r *Recorder) Dialer(proto, tid string) func(ctx context.Context, network, 
 		r.conns++
 		id := r.conns
 		r.mu.Unlock()
-		return &capConn{Conn: nc, r: r, proto: proto, dst: addr, id: id, tid: tid}, nil
+		return &capConn{Conn: nc, r: r, proto: proto, dst: addr, id: id, tid: tid,
+			tap: protocols.All.For(proto).NewTap()}, nil
 	}
 }
 
@@ -96,6 +95,9 @@ type capConn struct {
 	proto, dst string
 	id         int64
 	tid        string
+	// tap classifies the calls as record mode does (set-up, a body after
+	// 100 Continue)
+	tap wire.Tap
 
 	mu      sync.Mutex
 	cur     *recording.Call
@@ -107,16 +109,20 @@ type capConn struct {
 
 func (c *capConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
-	answered := c.cur != nil && len(c.cur.Response) > 0 && !(c.proto == "http" && len(http1.StripContinue(c.cur.Response)) == 0)
-	if answered || c.cur != nil && c.curTID != c.traceNow() {
-		// A write after the answer starts the next call (a body sent after
-		// 100 Continue still belongs to its request), and so does a write of
-		// another trace (a statement closed without answer by one request,
-		// then a query of the next on the same pooled connection).
+	tid := c.traceNow()
+	// A write after the answer starts the next call (a body sent after
+	// 100 Continue still belongs to its request, the protocol says), and
+	// so does a write of another trace (a statement closed without answer
+	// by one request, then a query of the next on the same pooled
+	// connection).
+	begins := c.cur == nil || len(c.cur.Response) > 0 || c.curTID != tid
+	f := c.tap.Write(p, tid, begins)
+	if c.cur != nil && begins && !(f.Continue && c.curTID == tid) {
 		c.finish()
 	}
 	if c.cur == nil {
 		c.begin()
+		c.cur.Setup = f.Setup
 	}
 	c.cur.Request = append(c.cur.Request, p...)
 	c.last = time.Now()
@@ -130,7 +136,9 @@ func (c *capConn) Read(p []byte) (int, error) {
 		c.mu.Lock()
 		if c.cur == nil {
 			c.begin()
+			c.cur.Setup = c.n == 0 // the server speaks first: its greeting
 		}
+		c.tap.Read(p[:n])
 		c.cur.Response = append(c.cur.Response, p[:n]...)
 		c.last = time.Now()
 		c.mu.Unlock()
@@ -165,35 +173,7 @@ func (c *capConn) begin() {
 func (c *capConn) finish() {
 	call := *c.cur
 	call.DurNs = int64(c.last.Sub(c.started)) // as record mode: up to the last byte of the answer
-	call.Setup = c.isSetup(&call)
 	c.n++
 	c.cur = nil
 	c.r.add(c.curTID, call)
-}
-
-// isSetup classifies a finished call as the record mode does: connection
-// set-up belongs to the connection, not to a request.
-func (c *capConn) isSetup(call *recording.Call) bool {
-	switch c.proto {
-	case "redis":
-		args, n, err := redis.ParseCommand(call.Request, len(call.Request))
-		return err == nil && n > 0 && redis.IsSetup(args)
-	case postgres.Proto:
-		return postgres.SetupWrite(call.Request)
-	case "mysql":
-		if c.n < 2 { // the greeting, then the handshake response and its answer
-			return true
-		}
-		p, _, _, ok := mysql.NextPacket(call.Request)
-		if !ok || len(p) == 0 {
-			return false
-		}
-		switch p[0] {
-		case mysql.ComPing, mysql.ComInitDB, mysql.ComQuit, mysql.ComResetConnection:
-			return true
-		case mysql.ComQuery:
-			return mysql.IsSetupQuery(string(p[1:]))
-		}
-	}
-	return false
 }

@@ -67,7 +67,7 @@ func FromEnv(getenv func(string) string, logger *slog.Logger) (hook.Recorder, fu
 	}
 	var writeErrs atomic.Int64
 	pipe, err := recording.NewPipeline(recording.PipelineConfig{
-		Store: store, Sampler: sampler, Mask: mask,
+		Store: store, Sampler: sampler, Mask: mask, Decode: Decode,
 		ErrorLog: func(err error) {
 			// the first write error, then one in a thousand
 			if n := writeErrs.Add(1); n == 1 || n%1000 == 0 {

@@ -360,3 +360,18 @@ func (r *Recorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 	cur.resp.add(p, r.maxFor(cur), &oc.arena)
 	cur.end = now
 }
+
+// Decode is the decoded form of a recorded request in its protocol (the
+// first lines of wire.Decoded.Text), "" when it does not decode: what
+// recording.PipelineConfig.Decode wants.
+func Decode(proto string, request []byte) string {
+	d, ok := protocols.All.For(proto).Decode(wire.Client, request)
+	if !ok {
+		return ""
+	}
+	const max = 4 << 10
+	if len(d.Text) > max {
+		return d.Text[:max] + "…"
+	}
+	return d.Text
+}

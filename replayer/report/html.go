@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/retrace-dev/retrace/wire"
+	"github.com/retrace-dev/retrace/wire/protocols"
 	"html/template"
 	"net/http"
 	"os"
@@ -278,6 +280,9 @@ func renderCall(proto string, req []byte, m marks) template.HTML {
 			return template.HTML(b.String())
 		}
 	}
+	if d, ok := protocols.All.For(proto).Decode(wire.Client, req); ok {
+		return renderDecoded(d, m)
+	}
 	s := template.HTMLEscapeString(printable(req))
 	if len(m.paths) > 0 {
 		var ps []string
@@ -288,6 +293,54 @@ func renderCall(proto string, req []byte, m marks) template.HTML {
 		s = `<mark data-path="` + template.HTMLEscapeString(strings.Join(ps, " ")) + `">` + s + "</mark>"
 	}
 	return template.HTML(s)
+}
+
+// renderDecoded shows a request in its protocol's decoded form (a Redis
+// command line, a MySQL statement with its parameters) and its fields one
+// per line, the fields a difference names highlighted.
+func renderDecoded(d wire.Decoded, m marks) template.HTML {
+	var b strings.Builder
+	b.WriteString(template.HTMLEscapeString(d.Text))
+	b.WriteString("\n")
+	for _, f := range d.Fields {
+		line := template.HTMLEscapeString(f.Path) + "  " + template.HTMLEscapeString(printable([]byte(f.Value)))
+		if m.paths[f.Path] {
+			line = `<mark data-path="` + template.HTMLEscapeString(f.Path) + `">` + line + "</mark>"
+		}
+		b.WriteString("\n" + line)
+	}
+	return template.HTML(b.String())
+}
+
+// inStartOrder returns a session's calls in the order they started: by
+// their recorded call's start (Matched), a call without recording after
+// the call that reached the mock server before it.
+func inStartOrder(calls []regress.CallDetail) []regress.CallDetail {
+	type keyed struct {
+		key float64
+		c   regress.CallDetail
+	}
+	ks := make([]keyed, len(calls))
+	last := -1.0
+	for i, c := range calls {
+		switch {
+		case c.Matched >= 0:
+			ks[i].key = float64(c.Matched)
+			if c.Seq >= 0 {
+				last = ks[i].key
+			}
+		default:
+			last += 1.0 / 1024
+			ks[i].key = last
+		}
+		ks[i].c = c
+	}
+	sort.SliceStable(ks, func(i, j int) bool { return ks[i].key < ks[j].key })
+	out := make([]regress.CallDetail, len(ks))
+	for i := range ks {
+		out[i] = ks[i].c
+	}
+	return out
 }
 
 func sessionViewOf(r *regress.Result, ab bool) sessionView {
@@ -304,7 +357,7 @@ func sessionViewOf(r *regress.Result, ab bool) sessionView {
 	if ab {
 		v.Columns = append(v.Columns, msgOf("baseline", d.Baseline, marks{}))
 	}
-	for _, c := range d.Calls {
+	for _, c := range inStartOrder(d.Calls) {
 		cv := callView{Title: c.CallRef.String(), Summary: c.Summary, Diffs: diffViews(c.Diffs)}
 		switch {
 		case c.Seq < 0:

@@ -92,9 +92,15 @@ func detectRequestLine(b []byte) wire.Verdict {
 	return wire.Sure
 }
 
-func isTChar(c byte) bool {
-	return c > ' ' && c < 0x7f && strings.IndexByte("()<>@,;:\\\"/[]?={}", c) < 0
-}
+func isTChar(c byte) bool { return tchar[c] }
+
+// tchar marks the bytes of an HTTP token (RFC 9110 5.6.2).
+var tchar = func() (t [256]bool) {
+	for c := '!'; c < 0x7f; c++ {
+		t[c] = strings.IndexByte("()<>@,;:\\\"/[]?={}", byte(c)) < 0
+	}
+	return t
+}()
 
 func (protocol) NewFramer(side wire.Side, limit int) wire.Framer {
 	return &framer{side: side, limit: limit}
@@ -242,12 +248,24 @@ func (a *answerer) Reply(_ *wire.Request, resp []byte) []byte {
 	return resp
 }
 
-func (a *answerer) Synth(*wire.Request) []byte {
-	return ErrorResponse(502, "retrace: no recorded answer")
+func (a *answerer) Synth(r *wire.Request) []byte {
+	return errorTo(r, "retrace: no recorded answer")
 }
 
-func (a *answerer) Missing(_ *wire.Request, reason string) []byte {
-	return ErrorResponse(502, "retrace: "+reason)
+func (a *answerer) Missing(r *wire.Request, reason string) []byte {
+	return errorTo(r, "retrace: "+reason)
+}
+
+// errorTo is the 502 answer to r: its head alone for HEAD, whose answer
+// has no body (a body would be read as the start of the next response).
+func errorTo(r *wire.Request, reason string) []byte {
+	resp := ErrorResponse(502, reason)
+	if r.Method == "HEAD" {
+		if i := bytes.Index(resp, []byte("\r\n\r\n")); i >= 0 {
+			resp = resp[:i+4]
+		}
+	}
+	return resp
 }
 
 func (a *answerer) AnswerLen(r *wire.Request, b []byte) (int, error) {

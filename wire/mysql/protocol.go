@@ -26,6 +26,9 @@ type protocol struct{}
 
 func (protocol) Name() string { return Name }
 
+// Port makes MySQL a wire.Ported protocol: its server speaks first.
+func (protocol) Port() string { return DefaultPort }
+
 // Detect is sure of a server greeting of protocol version 10: a packet of
 // sequence id 0 and a plausible length whose payload starts with 10 and a
 // printable server version. A connection whose client spoke first is not
@@ -528,9 +531,15 @@ func (protocol) Decode(side wire.Side, msg []byte) (wire.Decoded, bool) {
 	}
 	var cmds []Command
 	for b := msg; len(b) > 0; {
-		p, _, n, err := NextMessage(b, len(b))
+		p, seq, n, err := NextMessage(b, len(b))
 		if err != nil || n == 0 {
 			return wire.Decoded{}, false
+		}
+		if seq == 1 && len(b) == len(msg) && len(p) > 32 && ClientCaps(p)&CapProtocol41 != 0 {
+			// the handshake response (commands start at sequence 0)
+			user, _, _ := bytes.Cut(p[32:], []byte{0})
+			text := "HANDSHAKE user=" + string(user)
+			return wire.Decoded{Text: text, Fields: []wire.Field{{Path: "user", Value: string(user)}}}, true
 		}
 		cmd, ok := ParseCommand(p)
 		if !ok {

@@ -127,8 +127,8 @@ func (protocol) NewTap() wire.Tap { return tap{} }
 
 type tap struct{}
 
-func (tap) Write(p []byte, tid string, _ bool) wire.Filing {
-	return wire.Filing{Trace: tid, Setup: IsSetupBurst(p)}
+func (tap) Write(p []byte, tid string, begins bool) wire.Filing {
+	return wire.Filing{Trace: tid, Setup: begins && IsSetupBurst(p)}
 }
 func (tap) Read([]byte) bool    { return true }
 func (tap) ReadsOnWriter() bool { return true }

@@ -1,0 +1,75 @@
+package wire_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/retrace-dev/retrace"
+
+// importers are the packages outside wire/ allowed to import a protocol
+// package (wire/http1, wire/redis, …) directly, and why. Every other
+// package meets protocols through wire and wire/protocols only, so a
+// protocol's knowledge stays in its package.
+var importers = map[string]string{
+	"hook":               "the agent frames HTTP/1 responses on accepted connections (http1.Response) on its hot path",
+	"recording/capture":  "an inbound request's session ends with its HTTP/1 response (http1.Response), on the agent's hot path",
+	"replayer/diff":      "compares downstream requests field by field, with each protocol's parsed commands",
+	"replayer/regress":   "pairs MySQL commands of a recording and a replay before they are compared",
+	"internal/agenttest": "test servers of the agent's tests answer RESP with wire/redis",
+}
+
+// TestProtocolsStayInWire fails when a package outside wire/ imports a
+// protocol package without being one of the importers above, or when a
+// protocol is parsed in a package of the old layout.
+func TestProtocolsStayInWire(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	protocolPkg := func(p string) bool {
+		rest, ok := strings.CutPrefix(p, module+"/wire/")
+		return ok && rest != "protocols" && !strings.HasPrefix(rest, "wiretest")
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		pkg := strings.TrimPrefix(f[0], module+"/")
+		for _, old := range []string{"mockserver/mysql", "mockserver/redis", "mockserver/httpproto", "internal/httpframe"} {
+			if pkg == old {
+				t.Errorf("package %s exists again: its protocol lives in wire/", pkg)
+			}
+		}
+		if pkg == "wire" || strings.HasPrefix(pkg, "wire/") {
+			continue
+		}
+		for _, imp := range f[1:] {
+			if protocolPkg(imp) {
+				if _, ok := importers[pkg]; !ok {
+					t.Errorf("%s imports %s: outside wire/, protocols are used through wire and wire/protocols (or add it to importers with the reason)", pkg, imp)
+				}
+			}
+		}
+	}
+}
+
+// TestProtocolPackagesImportOnlyWire: a protocol package knows its
+// protocol and nothing of who uses it (the standard library and wire).
+func TestProtocolPackagesImportOnlyWire(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/wire/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		pkg := strings.TrimPrefix(f[0], module+"/")
+		if pkg == "wire/protocols" || strings.HasPrefix(pkg, "wire/wiretest") {
+			continue
+		}
+		for _, imp := range f[1:] {
+			if strings.Contains(strings.SplitN(imp, "/", 2)[0], ".") && imp != module+"/wire" {
+				t.Errorf("%s imports %s: a protocol package imports the standard library and wire only", pkg, imp)
+			}
+		}
+	}
+}

@@ -41,6 +41,7 @@ type stage struct {
 	dir                   string
 	mysql, redis, pricing *tcpProxy
 	env                   []string // ORDERS_* pointing at the proxies
+	replayEnv             []string // more environment for the service replayClean starts
 }
 
 func newStage(t *testing.T) *stage {
@@ -129,10 +130,11 @@ func TestRecordReplayLoad(t *testing.T) {
 	}
 	// The example's main has nothing but the blank import: the recorder's
 	// writer flushes on its own, at least once a second.
-	sessions := waitSessions(t, recDir, recordRequests, 10*time.Second)
+	all := waitSessions(t, recDir, recordRequests, 10*time.Second)
 	if err := rec.Stop(); err != nil {
 		t.Fatal(err)
 	}
+	sessions := inboundOnly(all)
 	byAPI := map[string]int{}
 	for _, se := range sessions {
 		m, p := regress.RequestLine(se.Inbound.Request)
@@ -146,8 +148,8 @@ func TestRecordReplayLoad(t *testing.T) {
 	// Replay with every downstream stopped.
 	s.stopDownstreams()
 	connsBefore := s.downstreamConns()
-	mock := startMock(t, sessions)
-	cfg := s.replayClean(mock, sessions, "report", nil)
+	mock := startMock(t, all)
+	cfg := s.replayClean(mock, all, "report", nil)
 
 	// The changed build is caught, at the paths it changed.
 	changed := s.service("changed", "RETRACE_MODE=replay", "RETRACE_MOCK_ADDR="+mock.Addr(), orders.EnvVariant+"="+orders.VariantChanged)
@@ -285,7 +287,7 @@ func (s *stage) replayClean(mock *mockserver.Server, sessions []*recording.Sessi
 	t := s.t
 	t.Helper()
 	cfg := regress.Config{Source: regress.Sessions(sessions), MockAdmin: mock.AdminURL(), Concurrency: replayWorkers}
-	svc := s.service("replay", "RETRACE_MODE=replay", "RETRACE_MOCK_ADDR="+mock.Addr())
+	svc := s.service("replay", append([]string{"RETRACE_MODE=replay", "RETRACE_MOCK_ADDR=" + mock.Addr()}, s.replayEnv...)...)
 	cfg.Target = svc.URL()
 	wait := func() {}
 	if alongside != nil {
@@ -303,12 +305,12 @@ func (s *stage) replayClean(mock *mockserver.Server, sessions []*recording.Sessi
 		t.Fatal(err)
 	}
 	sum, results := replayAll(t, cfg, filepath.Join(s.dir, report))
-	if sum.Sessions != len(sessions) || sum.Passed != len(sessions) {
+	if n := inbound(sessions); sum.Sessions != n || sum.Passed != n {
 		for _, r := range firstN(results, func(r *regress.Result) bool { return r.Status != regress.Passed }, 5) {
 			t.Errorf("session %s %s: %s %s %s", r.Session, r.API, r.Status, r.Error, labels(r.Findings))
 		}
 		t.Fatalf("replay of the recorded build: %d sessions, %d passed, %d failed, %d errors (want all %d passed)",
-			sum.Sessions, sum.Passed, sum.Failed, sum.Errors, len(sessions))
+			sum.Sessions, sum.Passed, sum.Failed, sum.Errors, inbound(sessions))
 	}
 	wait()
 	if err := svc.Stop(); err != nil {
@@ -334,10 +336,11 @@ func TestRecordSampledReplay(t *testing.T) {
 	if err != nil || st.Errors != 0 {
 		t.Fatalf("recording traffic: %+v, %v", st, err)
 	}
-	sessions := settledSessions(t, recDir, 10*time.Second)
+	all := settledSessions(t, recDir, 10*time.Second)
 	if err := rec.Stop(); err != nil {
 		t.Fatal(err)
 	}
+	sessions := inboundOnly(all)
 	// 500 requests at 30%: 150 expected
 	if len(sessions) < 75 || len(sessions) > 250 {
 		t.Fatalf("%d sessions recorded of %d requests at 30%%", len(sessions), recordRequests)
@@ -345,11 +348,12 @@ func TestRecordSampledReplay(t *testing.T) {
 	t.Logf("recorded %d sessions of %d requests", len(sessions), recordRequests)
 	s.stopDownstreams()
 	// Untraced requests (a health check, a stray client) reach the
-	// replayed service meanwhile, on the same pooled connections; they get
-	// no recorded answer (the mock refuses what carries no trace), and take
-	// none from a trace.
+	// replayed service meanwhile, on the same pooled connections; the mock
+	// answers them from the background recordings (the calls of the
+	// requests that were not sampled) or refuses them, and they take no
+	// answer from a trace: every traced session passes.
 	var untraced *demo.TrafficStats
-	s.replayClean(startMock(t, sessions), sessions, "report", func(url string) func() {
+	s.replayClean(startMock(t, all), all, "report", func(url string) func() {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -357,11 +361,10 @@ func TestRecordSampledReplay(t *testing.T) {
 		}()
 		return func() { <-done }
 	})
-	// every one of them needs a downstream, which the mock refuses: the
-	// service answers 502 (an answer from a recording would be a 2xx or a 4xx)
-	if untraced == nil || untraced.Requests != 200 || untraced.Errors != 0 || untraced.ByStatus[502] != 200 {
+	if untraced == nil || untraced.Requests != 200 || untraced.Errors != 0 {
 		t.Fatalf("untraced traffic beside the replay: %+v", untraced)
 	}
+	t.Logf("untraced traffic beside the replay: %v", untraced.ByStatus)
 }
 
 // settledSessions waits until the number of sessions in dir has stayed the
@@ -414,20 +417,43 @@ func replayAll(t *testing.T, cfg regress.Config, dir string) (*report.Summary, [
 	return sum, results
 }
 
-// waitSessions waits until dir holds want sessions and returns them.
+// waitSessions waits until dir holds want sessions of inbound requests
+// and returns them, with the background sessions recorded by then.
 func waitSessions(t *testing.T, dir string, want int, within time.Duration) []*recording.Session {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
 		got := readSessions(dir)
-		if len(got) >= want || time.Now().After(deadline) {
-			if len(got) != want {
-				t.Fatalf("%d sessions recorded in %s, want %d", len(got), dir, want)
+		if n := inbound(got); n >= want || time.Now().After(deadline) {
+			if n != want {
+				t.Fatalf("%d sessions recorded in %s, want %d", n, dir, want)
 			}
 			return got
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// inboundOnly returns the sessions of inbound requests (not Background).
+func inboundOnly(sessions []*recording.Session) []*recording.Session {
+	var out []*recording.Session
+	for _, s := range sessions {
+		if !s.Background {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// inbound counts the sessions of inbound requests (not Background).
+func inbound(sessions []*recording.Session) int {
+	n := 0
+	for _, s := range sessions {
+		if !s.Background {
+			n++
+		}
+	}
+	return n
 }
 
 func firstN(rs []*regress.Result, keep func(*regress.Result) bool, n int) []*regress.Result {

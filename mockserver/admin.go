@@ -48,6 +48,9 @@ func (s *Server) Handler() http.Handler {
 		ts, rec := s.traces.lookup(id)
 		writeJSON(w, http.StatusOK, s.report(ts, id, rec))
 	})
+	mux.HandleFunc("GET /destinations", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.Destinations())
+	})
 	mux.HandleFunc("GET /missing", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.traces.missingList())
 	})

@@ -58,6 +58,10 @@ type ObservedCall struct {
 	Synthesized bool `json:"synthesized,omitempty"`
 	// Proxied marks a request sent to the real destination.
 	Proxied bool `json:"proxied,omitempty"`
+	// Live is the destination the service dialled, when another recorded
+	// destination (Dst) answered it: the replay environment is configured
+	// with other addresses (GET /destinations says why that one).
+	Live string `json:"live,omitempty"`
 	// Statement is, for a MySQL command on a prepared statement (execute,
 	// close, …), the SQL the statement was prepared with on that
 	// connection; the statement id in Request is the mock server's own.

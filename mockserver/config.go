@@ -128,6 +128,12 @@ type Config struct {
 	// a real server: the value is its address, "" meaning the destination
 	// itself.
 	Passthrough map[string]string
+	// Map sends live destinations to recorded ones: "host:port" →
+	// "host:port", or "host" → "host" (or "host:port"), the port kept. A
+	// live destination the recordings name is answered as itself; one
+	// neither they nor Map name goes to the recorded destination of its
+	// protocol whose calls fit best (GET /destinations lists each choice).
+	Map map[string]string
 	// Untraced lists destinations whose requests without a trace id are
 	// proxied to a real server (HTTP and Redis only): the value is its
 	// address, "" meaning the destination itself; the key "*" stands for
@@ -216,6 +222,11 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		if len(chain) == 0 {
 			return c, fmt.Errorf("mockserver: empty strategy chain for destination %q", dst)
+		}
+	}
+	for live, rec := range c.Map {
+		if live == "" || rec == "" || strings.ContainsAny(live+rec, " /,=") {
+			return c, fmt.Errorf("mockserver: destination mapping %q=%q: want NEW=RECORDED, each host:port or a host", live, rec)
 		}
 	}
 	for _, m := range []map[string]string{c.Passthrough, c.Untraced} {

@@ -29,12 +29,22 @@ type conn struct {
 	br  *bufio.Reader
 	ctx context.Context
 
-	dst    string
-	proto  wire.Protocol // with ad, once known
-	ad     wire.Answerer
-	buf    []byte // payload bytes of requests not yet complete
-	msgTID string // trace of the request being assembled
-	out    []byte // answers not yet written
+	// dst is the recorded destination that answers the connection; live
+	// is the one its frames name (they differ when the replay environment
+	// is configured with other addresses, DESIGN.md section 10).
+	dst, live string
+	// unresolved: no recording names live, and the connection's first
+	// request (or, for a client that sends nothing, a protocol whose
+	// server speaks first) decides which recorded destination answers it.
+	// tentative: the choice made is weak (an untraced ping); the first
+	// traced request may change it.
+	unresolved, tentative bool
+	quietBy               time.Duration // when a client that sent nothing is taken to wait for a greeting
+	proto                 wire.Protocol // with ad, once known
+	ad                    wire.Answerer
+	buf                   []byte // payload bytes of requests not yet complete
+	msgTID                string // trace of the request being assembled
+	out                   []byte // answers not yet written
 
 	up     net.Conn // real destination for untraced requests, dialled on demand
 	upAddr string
@@ -130,35 +140,137 @@ func (c *conn) serve() {
 func (c *conn) run() error {
 	for {
 		h, err := c.readFrame()
+		if errors.Is(err, errQuiet) {
+			// a client that sent nothing after connecting waits for the
+			// server to speak first
+			c.quietBy = 0
+			if d, ok := c.s.resolveServerFirst(c.live, c.msgTID); ok {
+				c.dst, c.tentative, c.unresolved = d.Recorded, d.Tentative, false
+				if err := c.start(protocols.All.For(d.Proto)); err != nil {
+					return err
+				}
+			} else if p := c.s.protoFor(c.live); p != "" {
+				if err := c.start(protocols.All.For(p)); err != nil {
+					return err
+				}
+			} else {
+				// a client waiting for a server that speaks first, of no
+				// recorded destination: closed at once rather than left to
+				// hang
+				reason := fmt.Sprintf("client sent nothing after connecting to %s, which no recording names, and no recorded destination speaks first", c.live)
+				c.s.traces.addMissing(MissingMock{Trace: c.msgTID, Dst: c.live, Reason: reason})
+				return fmt.Errorf("%w: %s", errQuit, reason)
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
 		if c.dst == "" {
-			c.dst = h.Dst
+			c.live = h.Dst
 			if real, ok := c.s.cfg.passthrough(h.Dst); ok {
 				return c.passthrough(real)
 			}
-			if p := c.s.protoFor(c.dst); p != "" {
-				c.ad = c.newAnswerer(protocols.All.For(p))
-				if g := c.ad.Greeting(); g != nil {
-					if err := c.write(g); err != nil {
-						return err
-					}
-				}
+			if err := c.open(); err != nil {
+				return err
 			}
 		}
 		if len(c.buf) == 0 {
 			continue
 		}
+		c.quietBy = 0
 		if c.ad == nil {
-			// no recording names the destination: its answers will be
-			// missing mocks, spelled in the protocol its first bytes are
-			// sure to be (raw, which closes the connection, when none is)
-			c.ad = c.newAnswerer(protocols.All.DetectNow(c.buf, nil))
+			// no recording names the destination: the protocol its first
+			// bytes are sure to be (raw, which closes the connection, when
+			// none is) and, with it, the recorded destination whose calls
+			// fit the first request best; with none, every answer is a
+			// missing mock
+			p := protocols.All.DetectNow(c.buf, nil)
+			c.resolve(p)
+			if err := c.start(p); err != nil {
+				return err
+			}
 		}
 		if err := c.process(); err != nil {
 			return err
 		}
+	}
+}
+
+// open decides, at a connection's first frame, which recorded destination
+// answers it and in which protocol, when that needs no request: the
+// recordings or the mapping name the live destination, or its port is
+// that of a protocol whose server speaks first. Otherwise the first
+// request decides (resolve), or, for a client that sends nothing, quietBy.
+func (c *conn) open() error {
+	if d, ok := c.s.resolveFixed(c.live); ok && d.Recorded != "" {
+		c.dst = d.Recorded
+		if p := c.s.protoFor(c.dst); p != "" {
+			return c.start(protocols.All.For(p))
+		}
+		return nil
+	}
+	c.dst, c.unresolved = c.live, true
+	if len(c.buf) > 0 {
+		return nil
+	}
+	p := c.s.protoFor(c.live) // the MySQL port, with no recording of it
+	if p == "" {
+		c.quietBy = c.s.now() + quietWait
+		return nil
+	}
+	c.unresolved = false
+	if d, ok := c.s.resolveServerFirst(c.live, c.msgTID); ok {
+		c.dst, c.tentative = d.Recorded, d.Tentative
+		p = d.Proto
+	}
+	return c.start(protocols.All.For(p))
+}
+
+// quietWait is how long the mock server waits for the first bytes of a
+// client connected to a destination no recording names before it takes
+// the client to be waiting for a greeting (MySQL): clients of protocols
+// whose client speaks first write at once.
+const quietWait = 150 * time.Millisecond
+
+// errQuiet is readFrame's report that a client sent nothing by quietBy.
+var errQuiet = errors.New("client sent nothing")
+
+// start makes the connection's answerer for p and sends its greeting, if
+// the protocol's server speaks first.
+func (c *conn) start(p wire.Protocol) error {
+	c.ad = c.newAnswerer(p)
+	if g := c.ad.Greeting(); g != nil {
+		return c.write(g)
+	}
+	return nil
+}
+
+// resolve chooses the recorded destination for an unresolved connection
+// from its first request, parsed by a throw-away answerer of p.
+func (c *conn) resolve(p wire.Protocol) {
+	if !c.unresolved {
+		return
+	}
+	c.unresolved = false
+	r, n, _, err := p.NewAnswerer(wire.Env{Book: wire.NoBook{}, MaxMessage: c.s.cfg.MaxMessage,
+		TraceID: func() string { return c.msgTID }}).Next(append([]byte(nil), c.buf...))
+	if err != nil || n == 0 {
+		r = wire.Request{Raw: c.buf}
+	}
+	d := c.s.resolveByRequest(c.live, p, &r, c.msgTID)
+	if d.Recorded != "" {
+		c.dst, c.tentative = d.Recorded, d.Tentative
+	}
+}
+
+// reresolve gives a connection whose destination was chosen tentatively
+// a firmer choice, from its first traced request.
+func (c *conn) reresolve(r *wire.Request, tid string) {
+	c.tentative = false
+	d := c.s.resolveByRequest(c.live, c.proto, r, tid)
+	if d.Recorded != "" && d.Recorded != c.dst {
+		c.dst, c.ds = d.Recorded, dstState{}
 	}
 }
 
@@ -183,6 +295,9 @@ func (c *conn) readFrame() (trace.FrameHeader, error) {
 			var ne net.Error
 			if !started && errors.As(err, &ne) && ne.Timeout() {
 				now := c.s.now()
+				if c.quietBy > 0 && now >= c.quietBy {
+					return trace.FrameHeader{}, errQuiet
+				}
 				if cfg.IdleTimeout > 0 && now-idleSince >= cfg.IdleTimeout {
 					return trace.FrameHeader{}, fmt.Errorf("idle for %s: %w", cfg.IdleTimeout, err)
 				}
@@ -296,6 +411,11 @@ func (c *conn) write(b []byte) error {
 // armRead makes sure at least three quarters of ReadTimeout are left before
 // the read deadline.
 func (c *conn) armRead(now time.Duration) {
+	if c.quietBy > 0 && c.quietBy < now+c.s.cfg.ReadTimeout {
+		c.rdl = c.quietBy
+		c.nc.SetReadDeadline(c.s.epoch.Add(c.rdl))
+		return
+	}
 	if c.rdl-now < c.s.cfg.ReadTimeout*3/4 {
 		c.rdl = now + c.s.cfg.ReadTimeout
 		c.nc.SetReadDeadline(c.s.epoch.Add(c.rdl))
@@ -313,11 +433,17 @@ func (c *conn) answer(r *wire.Request) (closeAfter bool) {
 	if r.Owner != "" {
 		tid = r.Owner
 	}
+	if c.tentative && tid != "" && !r.Setup && !r.Local {
+		c.reresolve(r, tid)
+	}
 	var ts *traceState
 	if tid != "" {
 		ts = c.traceState(tid)
 	}
 	oc := ObservedCall{Proto: proto, Dst: c.dst, Setup: r.Setup, Request: r.Raw, Matched: -1, Statement: r.Stmt}
+	if c.live != c.dst {
+		oc.Live = c.live
+	}
 	var out []byte
 	reason := ""
 	observed := false
@@ -334,8 +460,17 @@ func (c *conn) answer(r *wire.Request) (closeAfter bool) {
 			oc.Matched, oc.Strategy, oc.Synthesized = 0, "setup", true
 		}
 	case tid == "":
-		real, ok := s.cfg.untraced(c.dst)
+		real, ok := s.cfg.untraced(c.live)
 		_, unproxied := c.ad.AnswerLen(r, nil)
+		if !ok {
+			// start-up and background traffic: answered from the
+			// background recordings by similarity
+			if a, found := s.idx.answerBackground(c.dst, r); found {
+				out = c.ad.Reply(r, a.resp)
+				oc.Matched, oc.Strategy, oc.Score = a.seq, "background", 1
+				break
+			}
+		}
 		if ok && unproxied == nil {
 			var err error
 			if out, err = c.proxy(real, r); err == nil {
@@ -347,7 +482,7 @@ func (c *conn) answer(r *wire.Request) (closeAfter bool) {
 		} else if ok {
 			reason = fmt.Sprintf("untraced %s request to %s: %v", proto, c.dst, unproxied)
 		} else {
-			reason = fmt.Sprintf("untraced request (empty trace id) to %s, and no proxy is configured for it", c.dst)
+			reason = fmt.Sprintf("untraced request (empty trace id) to %s: no start-up or background recording of the destination answers %s %q, and no proxy is configured for it", c.dst, r.Op, clip(r.Key))
 		}
 	default:
 		ts.mu.Lock()

@@ -51,9 +51,18 @@ var netSeq atomic.Int64
 // dbName (created on the real server when create is set).
 func mysqlDB(t *testing.T, dial func(ctx context.Context, network, addr string) (net.Conn, error), dbName string, pool int) *sql.DB {
 	t.Helper()
+	return mysqlDBAt(t, dial, "", dbName, pool)
+}
+
+// mysqlDBAt is mysqlDB with the server at addr ("" for the test server's).
+func mysqlDBAt(t *testing.T, dial func(ctx context.Context, network, addr string) (net.Conn, error), addr, dbName string, pool int) *sql.DB {
+	t.Helper()
 	cfg, err := mysql.ParseDSN(testenv.MySQLDSN(t))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if addr != "" {
+		cfg.Addr = addr
 	}
 	name := fmt.Sprintf("retrace-mock-%d", netSeq.Add(1))
 	mysql.RegisterDialContext(name, func(ctx context.Context, addr string) (net.Conn, error) { return dial(ctx, "tcp", addr) })

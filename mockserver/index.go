@@ -1,6 +1,7 @@
 package mockserver
 
 import (
+	"bytes"
 	"cmp"
 	"slices"
 	"sync"
@@ -76,6 +77,10 @@ type dstInfo struct {
 	book    wire.Book
 	setup   map[string]setupAns // exact request bytes → answer
 	setupOp map[string]setupAns // operation → first answer
+	// background holds the calls of the application's start-up and
+	// background recordings (Session.Background) to the destination:
+	// traffic of no request, answered to untraced requests by similarity.
+	background *dstUnits
 }
 
 type setupAns struct {
@@ -100,7 +105,7 @@ func (ix *index) add(s *recording.Session) {
 			// outranks "raw" (a connection whose start it did not see).
 			nd := &dstInfo{proto: c.Proto, book: protocols.All.For(c.Proto).NewBook()}
 			if d != nil {
-				nd.setup, nd.setupOp = d.setup, d.setupOp
+				nd.setup, nd.setupOp, nd.background = d.setup, d.setupOp, d.background
 			}
 			d = nd
 			ix.dsts[c.Dst] = d
@@ -116,6 +121,77 @@ func (ix *index) add(s *recording.Session) {
 			}
 		}
 	}
+	if s.Background {
+		ix.addBackground(s)
+	}
+}
+
+// maxBackgroundUnits bounds what the background recordings keep per
+// destination: they repeat themselves (pings, health checks, the same
+// initialisation queries on every start).
+const maxBackgroundUnits = 10000
+
+// addBackground indexes the calls of a background session by destination;
+// the caller holds ix.mu.
+func (ix *index) addBackground(s *recording.Session) {
+	sessions := map[string]wire.Session{}
+	for i := range s.Calls {
+		c := &s.Calls[i]
+		d := ix.dsts[c.Dst]
+		if d == nil || d.proto != c.Proto {
+			continue
+		}
+		ws := sessions[c.Dst]
+		if ws == nil {
+			ws = protocols.All.For(c.Proto).NewSession(d.book)
+			sessions[c.Dst] = ws
+		}
+		units := ws.Units(wireCall(c))
+		if c.Setup {
+			continue
+		}
+		if d.background == nil {
+			d.background = &dstUnits{byOp: map[string][]int{}}
+		}
+		du := d.background
+		for _, u := range units {
+			if len(du.units) >= maxBackgroundUnits {
+				return
+			}
+			du.byOp[u.Req.Op] = append(du.byOp[u.Req.Op], len(du.units))
+			du.units = append(du.units, unit{req: u.Req, resp: u.Resp, seq: c.Seq, call: i})
+		}
+	}
+}
+
+// answerBackground finds the background recordings' answer to an untraced
+// request r to dst: the same bytes, else the same operation and key, else
+// the latest answer to the same operation (a start-up query recorded with
+// other literals).
+func (ix *index) answerBackground(dst string, r *wire.Request) (setupAns, bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	d := ix.dsts[dst]
+	if d == nil || d.background == nil || r.Op == "" && len(r.Raw) == 0 {
+		return setupAns{}, false
+	}
+	du := d.background
+	ids := du.byOp[r.Op]
+	for _, i := range ids {
+		if bytes.Equal(du.units[i].req.Raw, r.Raw) {
+			return setupAns{du.units[i].resp, du.units[i].seq}, true
+		}
+	}
+	for _, i := range ids {
+		if du.units[i].req.Key == r.Key {
+			return setupAns{du.units[i].resp, du.units[i].seq}, true
+		}
+	}
+	if len(ids) > 0 && r.Op != "" {
+		u := du.units[ids[len(ids)-1]]
+		return setupAns{u.resp, u.seq}, true
+	}
+	return setupAns{}, false
 }
 
 // wireCall is a recorded call as its protocol sees it.

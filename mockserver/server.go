@@ -22,6 +22,7 @@ type Server struct {
 	idx     *index
 	traces  *traceTable
 	metrics *metrics
+	dests   *dests
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -50,6 +51,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, idx: newIndex(), traces: newTraceTable(cfg.MaxMissing),
 		conns: map[net.Conn]struct{}{}}
+	s.dests = newDests(cfg.Map, func(d DestDecision) {
+		if d.How == HowExact {
+			return
+		}
+		s.log.Info("destination", "live", d.Live, "recorded", d.Recorded, "how", d.How, "proto", d.Proto, "reason", d.Reason, "tentative", d.Tentative)
+	})
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.epoch = time.Now().Add(-time.Nanosecond)
 	s.metrics = newMetrics(func() float64 { return float64(s.idx.count()) })
@@ -77,6 +84,10 @@ func (s *Server) Load(ctx context.Context, src Source) (int, error) {
 func (s *Server) AddSession(sess *recording.Session) {
 	s.idx.add(sess)
 }
+
+// Destinations returns which recorded destination answers each live
+// destination seen so far, and why (DESIGN.md section 10).
+func (s *Server) Destinations() []DestDecision { return s.dests.list() }
 
 // now reads the server's clock: the time since epoch, always positive.
 func (s *Server) now() time.Duration { return time.Since(s.epoch) }

@@ -36,6 +36,9 @@ func appendSession(b []byte, s *Session) ([]byte, bool) {
 		b = append(b, `,"app":`...)
 		b = appendString(b, s.App)
 	}
+	if s.Background {
+		b = append(b, `,"background":true`...)
+	}
 	b = append(b, `,"at":"`...)
 	b = s.At.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","inbound":{"proto":`...)

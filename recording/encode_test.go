@@ -40,6 +40,8 @@ func TestMarshalMatchesEncodingJSON(t *testing.T) {
 			Calls: []Call{{Proto: "raw", Dst: "\xfe", Conn: -3, Request: []byte{0xff}, StartNs: -5}}},
 		"decoded": {ID: "a", At: time.Unix(1, 0).UTC(),
 			Calls: []Call{{Proto: "mysql", Request: []byte{0x05, 0, 0, 0, 0x17, 0xff}, Decoded: "EXECUTE #1 (42, \"<x>\")\nSELECT 1"}}},
+		"background": {ID: "bg", App: "orders", Background: true, At: time.Unix(2, 0).UTC(),
+			Calls: []Call{{Proto: "redis", Dst: "cache:6379", Request: []byte("*1\r\n$4\r\nPING\r\n")}}},
 		"all marks": {ID: "a", V: 1, At: time.Unix(1, 0).UTC(), Inbound: Inbound{RequestTruncated: true, ResponseTruncated: true},
 			Calls: []Call{{Setup: true, RequestTruncated: true, ResponseTruncated: true}}},
 	}

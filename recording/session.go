@@ -18,17 +18,26 @@ const (
 	ProtoRedis = "redis"
 	ProtoMySQL = "mysql"
 	ProtoRaw   = "raw" // any other protocol: one write burst and its answer
+	// ProtoBackground is the Inbound.Proto of a background session
+	// (Session.Background): it has no inbound request.
+	ProtoBackground = "background"
 )
 
 // Session is one recorded inbound request and every downstream call it
 // caused.
 type Session struct {
-	V       int       `json:"v"`
-	ID      string    `json:"id"`
-	App     string    `json:"app,omitempty"`
-	At      time.Time `json:"at"`
-	Inbound Inbound   `json:"inbound"`
-	Calls   []Call    `json:"calls"`
+	V   int    `json:"v"`
+	ID  string `json:"id"`
+	App string `json:"app,omitempty"`
+	// Background marks the application's start-up and background
+	// traffic: calls of no inbound request (pool warm-up, start-up pings,
+	// driver and ORM initialisation, health checks, background jobs),
+	// recorded so that a replayed service can boot and answered to
+	// untraced requests. Its Inbound is empty; replayers skip it.
+	Background bool      `json:"background,omitempty"`
+	At         time.Time `json:"at"`
+	Inbound    Inbound   `json:"inbound"`
+	Calls      []Call    `json:"calls"`
 }
 
 // Inbound is the request the service received and the response it sent.

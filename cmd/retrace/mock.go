@@ -40,6 +40,28 @@ func (l kvList) Set(s string) error {
 	return nil
 }
 
+// readMapFile adds the NEW=RECORDED lines of a mapping file to m; blank
+// lines and lines starting with # are skipped.
+func readMapFile(path string, m kvList) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		live, rec, ok := strings.Cut(line, "=")
+		live, rec = strings.TrimSpace(live), strings.TrimSpace(rec)
+		if !ok || live == "" || rec == "" {
+			return fmt.Errorf("%s:%d: %q: want NEW=RECORDED", path, i+1, line)
+		}
+		m[live] = rec
+	}
+	return nil
+}
+
 // strategyList is the repeatable --strategy-for DST=CHAIN flag.
 type strategyList map[string][]mockserver.Strategy
 
@@ -71,6 +93,9 @@ func runMock(ctx context.Context, p *proc, args []string) error {
 	fs.Var(pass, "passthrough", "destination DST[=REAL] whose connections go to the real server (repeatable, comma-separated)")
 	untraced := kvList{}
 	fs.Var(untraced, "proxy-untraced", `destination DST[=REAL] ("*" for all) whose untraced HTTP/Redis requests go to the real server (repeatable)`)
+	dstMap := kvList{}
+	fs.Var(dstMap, "map", "replay in another environment: live destination NEW=RECORDED, each host:port or a host (repeatable, comma-separated)")
+	mapFile := fs.String("map-file", "", "file of NEW=RECORDED destination mappings, one a line (# comments)")
 	lazy := fs.Bool("lazy", false, "do not preload: fetch each recording from the store when a trace first names it")
 	readTimeout := fs.Duration("read-timeout", 10*time.Second, "longest time a frame may take to arrive once it started")
 	idleTimeout := fs.Duration("idle-timeout", 0, "close connections idle this long (0: never)")
@@ -86,6 +111,16 @@ func runMock(ctx context.Context, p *proc, args []string) error {
 	}
 	if *src == "" {
 		return usageError("--recordings is required (a directory or a store URL)")
+	}
+	if *mapFile != "" {
+		if err := readMapFile(*mapFile, dstMap); err != nil {
+			return usageError("--map-file: %v", err)
+		}
+	}
+	for live, rec := range dstMap {
+		if live == "" || rec == "" {
+			return usageError("--map %q=%q: want NEW=RECORDED", live, rec)
+		}
 	}
 	chain, err := mockserver.ParseStrategies(*strategy)
 	if err != nil {
@@ -108,7 +143,7 @@ func runMock(ctx context.Context, p *proc, args []string) error {
 	}
 	defer store.Close()
 	cfg := mockserver.Config{Listen: *listen, Admin: *admin, Strategies: chain, DstStrategies: perDst,
-		Passthrough: pass, Untraced: untraced, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout,
+		Passthrough: pass, Untraced: untraced, Map: dstMap, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout,
 		MaxFrame: *maxFrame, Logger: log, CausalWait: *causal}
 	if *causal <= 0 {
 		cfg.CausalWait = -1 // Config's zero means the default; the flag's zero means off

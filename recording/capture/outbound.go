@@ -40,9 +40,10 @@ type outConn struct {
 	det     *wire.Detector  // while the first bytes left the protocol undecided
 	slab    *[callSlab]call // where its next calls are made (see newCall)
 	slabN   uint8           // calls of slab made
+	bgSetup bool            // its set-up calls went into a background session
 	// to 192 bytes, a size class whose objects start on a cache line (at
 	// 160 they would straddle two every other time)
-	_ [7]byte
+	_ [6]byte
 }
 
 // callSlab is how many calls a connection makes at once: a request
@@ -245,6 +246,11 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	// the session is looked up here rather than in place: the deepest frame
 	// on this path is what makes the runtime grow a client's stack
 	place(oc, cur, r.sessionFor(oc, tid))
+	if !cur.keep && tid == "" && !cur.setup {
+		// traffic of no request: the application's start-up and
+		// background traffic, kept within the background budget
+		cur.keep = r.bg.add(oc, cur)
+	}
 	if cur.keep {
 		cur.req.add(p, r.max, &oc.arena)
 	}

@@ -55,6 +55,7 @@ type Recorder struct {
 	// Recorder knows of each connection is in its hook.ConnInfo.Data: an
 	// *inbound or an *outConn.
 	sessions sessionIndex
+	bg       background // calls of no request (background.go)
 
 	activeN, overflow, incomplete atomic.Int64
 	closeOnce                     sync.Once
@@ -94,7 +95,10 @@ func (r *Recorder) Stats() Stats {
 }
 
 // Flush writes every finished session to the store.
-func (r *Recorder) Flush(ctx context.Context) error { return r.pipe.Flush(ctx) }
+func (r *Recorder) Flush(ctx context.Context) error {
+	r.flushBackground(r.now(), true)
+	return r.pipe.Flush(ctx)
+}
 
 // Close drops the sessions still in progress (counted as Incomplete), then
 // closes the pipeline: queued sessions are written and the store closed,
@@ -106,6 +110,7 @@ func (r *Recorder) Close(ctx context.Context) error {
 				r.incomplete.Add(1)
 			}
 		}
+		r.flushBackground(r.now(), true)
 		r.closeErr = r.pipe.Close(ctx)
 		if r.log != nil {
 			st := r.Stats()
@@ -433,6 +438,9 @@ func (r *Recorder) finish(a *active) {
 	r.forgetActive(a)
 	s.Calls = snapshotCalls(calls, a.start)
 	r.pipe.Submit(s)
+	if r.bg.due(end) {
+		r.flushBackground(end, false)
+	}
 }
 
 // attach adds the set-up calls pending, then c, to the session, unless it

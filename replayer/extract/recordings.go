@@ -38,6 +38,9 @@ func (rs *Recordings) Scan(ctx context.Context, fn func(*load.Request) error, ba
 		defer c.Close()
 	}
 	return rd.Scan(ctx, func(s *recording.Session) error {
+		if s.Background {
+			return nil // no inbound request: start-up and background traffic
+		}
 		req, err := SessionRequest(s)
 		if err != nil {
 			bad(BadLine{Source: rs.Name + " session " + s.ID, Err: err})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/mockserver/mocktest"
@@ -65,4 +66,54 @@ func BenchmarkReplay(b *testing.B) {
 	}
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "sessions/s")
 	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
+}
+
+// BenchmarkMovedDestinations compares replays whose downstream is where
+// it was recorded with replays whose downstream moved to an address no
+// recording names (the mock server maps it automatically, DESIGN.md
+// section 10): rounds of 2000 sessions at concurrency 64, alternated,
+// the ratio of their throughputs reported (1 = no cost):
+//
+//	go test -run XXX -bench MovedDestinations -benchtime 1x ./replayer/regress
+func BenchmarkMovedDestinations(b *testing.B) {
+	sessions := record(b)
+	rules, _ := diff.NewRules(diff.Rule{Ignore: "body.ts"}, diff.Rule{IgnoreHeader: "X-Request-Id"})
+	const perRound, rounds = 2000, 5
+	round := func(dst string) float64 {
+		mock := mocktest.NewServer(b, mockserver.Config{}, sessions...)
+		shop := replaytest.NewShop(b, replaytest.ShopV1, replaytest.Framed(mock.Addr(), dst))
+		src := regress.SourceFunc(func(ctx context.Context, fn func(*recording.Session) error) error {
+			for i := 0; i < perRound; i++ {
+				if err := fn(sessions[i%len(sessions)]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		passed := 0
+		start := time.Now()
+		err := regress.Run(context.Background(), regress.Config{Source: src, Target: shop.URL, MockAdmin: mock.AdminURL(),
+			Concurrency: 64, Rules: rules}, func(r *regress.Result) {
+			if r.Status == regress.Passed {
+				passed++
+			}
+		})
+		el := time.Since(start)
+		if err != nil || passed != perRound {
+			b.Fatalf("%s: %d of %d passed: %v", dst, passed, perRound, err)
+		}
+		shop.Close()
+		mock.Close()
+		return float64(perRound) / el.Seconds()
+	}
+	var recorded, moved float64
+	for range b.N {
+		for range rounds {
+			recorded += round(replaytest.PricesDst)
+			moved += round("prices.staging.invalid:9080")
+		}
+	}
+	b.ReportMetric(recorded/float64(rounds*b.N), "recorded-sessions/s")
+	b.ReportMetric(moved/float64(rounds*b.N), "moved-sessions/s")
+	b.ReportMetric(moved/recorded, "moved/recorded")
 }

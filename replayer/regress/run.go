@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -448,7 +449,7 @@ func downstream(rules *diff.Rules, api string, s *recording.Session, rep *mockse
 		default:
 			done[oc.Matched] = true
 			cd.Recorded, cd.Replayed = rc.Request, joined[matchKey{oc.Dst, oc.Matched}]
-			cd.Diffs = rules.CompareCalls(api, oc.Proto, oc.Dst, rc.Request, cd.Replayed)
+			cd.Diffs = relocated(oc, rules.CompareCalls(api, oc.Proto, oc.Dst, rc.Request, cd.Replayed))
 			for _, d := range cd.Diffs {
 				out = append(out, Finding{Difference: d, Where: InDownstream, Call: ref})
 			}
@@ -465,6 +466,25 @@ func downstream(rules *diff.Rules, api string, s *recording.Session, rep *mockse
 		keep(CallDetail{CallRef: *ref, Recorded: u.Request, Diffs: []diff.Difference{d}})
 	}
 	return out, calls
+}
+
+// relocated drops from a call's differences the one that only says the
+// replay environment names the destination otherwise: a request to a
+// destination the mock server mapped to a recorded one (ObservedCall.Live)
+// carries the live name in its Host header.
+func relocated(oc mockserver.ObservedCall, ds []diff.Difference) []diff.Difference {
+	if oc.Live == "" {
+		return ds
+	}
+	host, _, _ := strings.Cut(oc.Live, ":")
+	out := ds[:0]
+	for _, d := range ds {
+		if d.Path == "header.Host" && (d.Got == oc.Live || d.Got == host) {
+			continue
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 // joinByMatch concatenates, in order of arrival, the requests that matched

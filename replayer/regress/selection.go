@@ -33,6 +33,9 @@ type Selection struct {
 
 // match reports whether s is selected (Limit is applied by the caller).
 func (sel *Selection) match(s *recording.Session) bool {
+	if s.Background {
+		return false // no inbound request: start-up and background traffic, for the mock server
+	}
 	if len(sel.IDs) > 0 && !sel.IDs[s.ID] {
 		return false
 	}

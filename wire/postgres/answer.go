@@ -24,6 +24,9 @@ type answerer struct {
 	skip    bool // an error was answered before a Sync: messages up to it get no answer
 	names   *names
 	scratch []Message // the messages of the unit Next returned last; their bodies alias its buffer
+	// prepared is the book's answer to the unit of prepares Next returned
+	// last, when every statement in it is one a recording described
+	prepared []byte
 }
 
 var _ wire.Answerer = (*answerer)(nil)
@@ -70,6 +73,15 @@ func (a *answerer) Next(buf []byte) (wire.Request, int, []byte, error) {
 		return wire.Request{Raw: buf[:off], Op: "SYNC", Canon: buf[:off], Setup: true, Local: true}, off, nil, nil
 	}
 	r, _ := a.names.request(buf[:off], ms)
+	a.prepared = nil
+	if r.Prepare {
+		// set-up when some recording prepared every statement: answered
+		// per connection, whatever connection prepared them when
+		// recording; otherwise matched in the trace, or missing
+		if resp, _, ok := a.env.Book.Fallback(&r); ok {
+			r.Setup, a.prepared = true, resp
+		}
+	}
 	return r, off, nil, nil
 }
 
@@ -122,6 +134,8 @@ func (a *answerer) Synth(r *wire.Request) []byte {
 		return nil
 	}
 	switch first := ms[0]; {
+	case r.Prepare:
+		return a.Reply(r, a.prepared)
 	case r.Op == "SYNC":
 		return a.ready(nil)
 	case first.Type == 0 && (first.Code == SSLRequestCode || first.Code == GSSENCRequestCode):

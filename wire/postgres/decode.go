@@ -50,9 +50,12 @@ func DecodeRequest(b []byte, types TypesFunc) (wire.Decoded, bool) {
 	_, err := Messages(b, true, len(b) > 0 && b[0] == 0, func(m Message) bool {
 		switch m.Type {
 		case 0:
-			lines = append(lines, startupText(m))
+			text := startupText(m)
+			lines = append(lines, text)
+			d.Fields = append(d.Fields, startupFields(m, text)...)
 		case Password:
 			lines = append(lines, "AUTHENTICATION (password or SASL message)")
+			d.Fields = append(d.Fields, wire.Field{Path: "message", Value: "authentication"})
 		case Query:
 			q := CString(m.Body)
 			lines = append(lines, "QUERY "+q)
@@ -117,6 +120,7 @@ func DecodeRequest(b []byte, types TypesFunc) (wire.Decoded, bool) {
 			lines = append(lines, "COPY FAIL "+CString(m.Body))
 		case Terminate:
 			lines = append(lines, "TERMINATE")
+			d.Fields = append(d.Fields, wire.Field{Path: "message", Value: "Terminate"})
 		default:
 			lines = append(lines, fmt.Sprintf("message %q (%d bytes)", m.Type, len(m.Body)))
 		}
@@ -151,6 +155,20 @@ func formatOf(codes []int16, i int) int16 {
 		return codes[i]
 	}
 	return 0
+}
+
+// startupFields are a start-up packet's fields: "message" (its kind) and
+// a StartupMessage's parameters as "startup.NAME".
+func startupFields(m Message, text string) []wire.Field {
+	name, _, _ := strings.Cut(text, " ")
+	out := []wire.Field{{Path: "message", Value: name}}
+	if m.IsStartup() {
+		parts := strings.Split(strings.TrimRight(string(m.Body), "\x00"), "\x00")
+		for i := 0; i+1 < len(parts); i += 2 {
+			out = append(out, wire.Field{Path: "startup." + parts[i], Value: parts[i+1]})
+		}
+	}
+	return out
 }
 
 func startupText(m Message) string {

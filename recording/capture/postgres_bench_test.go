@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -41,6 +42,9 @@ func (h pgFanOut) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //	go test -run x -bench PostgresFanOut -benchtime 3000x -count 3 ./recording/capture/
 //
 // The throughput ratio of recording is ns/op(off) / ns/op(record=100%).
+// The modes run one after the other in one process, so a shared machine's
+// drift falls on them unevenly: for the ratio, run BenchmarkFanOutRatio
+// with CAPTURE_BENCH_SERVICE=postgres, which alternates processes.
 func BenchmarkPostgresFanOut(b *testing.B) {
 	url := testenv.PostgresURL(b)
 	for _, mode := range []struct {
@@ -70,19 +74,7 @@ func BenchmarkPostgresFanOut(b *testing.B) {
 				pool.Close()
 			})
 			var n atomic.Int64
-			get := func() error {
-				id := fmt.Sprintf("rq%016x", n.Add(1))
-				resp, err := c.Get("http://" + ln.Addr().String() + "/work?id=" + id)
-				if err != nil {
-					return err
-				}
-				body, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if want := fmt.Sprintf("%s-a|%d|%s", id, len(id), strings.ToUpper(id)); err != nil || string(body) != want {
-					return fmt.Errorf("request %s: %s %v", id, body, err)
-				}
-				return nil
-			}
+			get := func() error { return pgGet(c, ln.Addr().String(), fmt.Sprintf("rq%016x", n.Add(1))) }
 			for range 200 { // warm the pool, its statement caches and the store
 				if err := get(); err != nil {
 					b.Fatal(err)
@@ -100,4 +92,30 @@ func BenchmarkPostgresFanOut(b *testing.B) {
 			})
 		})
 	}
+}
+
+// runPGFanOut is the pgx fan-out service in a child process
+// (BenchmarkFanOutRatio with CAPTURE_BENCH_SERVICE=postgres).
+func runPGFanOut() int {
+	pool, err := pgxpool.New(context.Background(), os.Getenv(testenv.PostgresEnv))
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	return serveChild(pgFanOut{pool}, pool.Close)
+}
+
+// pgGet sends one request to the pgx fan-out service and checks its
+// answer.
+func pgGet(c *http.Client, addr, id string) error {
+	resp, err := c.Get("http://" + addr + "/work?id=" + id)
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf("%s-a|%d|%s", id, len(id), strings.ToUpper(id)); err != nil || string(body) != want {
+		return fmt.Errorf("request %s: %s %v", id, body, err)
+	}
+	return nil
 }

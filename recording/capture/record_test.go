@@ -304,8 +304,17 @@ const (
 func BenchmarkFanOutRatio(b *testing.B) {
 	const slice, clients = 400, 8
 	blocks, rounds := envInt(b, "CAPTURE_BENCH_BLOCKS", 6), envInt(b, "CAPTURE_BENCH_ROUNDS", 6)
-	redisAddr, dsn := testenv.RedisAddr(b), testenv.MySQLDSN(b)
-	down, _ := startChild(b, "echo")
+	// CAPTURE_BENCH_SERVICE=postgres measures the pgx fan-out service
+	// (three queries at once on a pgx pool) instead
+	pg := os.Getenv("CAPTURE_BENCH_SERVICE") == "postgres"
+	kind, check := "fanout", get
+	var redisAddr, dsn, pgURL, down string
+	if pg {
+		kind, check, pgURL = "pgfanout", pgGet, testenv.PostgresURL(b)
+	} else {
+		redisAddr, dsn = testenv.RedisAddr(b), testenv.MySQLDSN(b)
+		down, _ = startChild(b, "echo")
+	}
 	aa := os.Getenv("CAPTURE_BENCH_AA") != ""
 	profiles := os.Getenv("CAPTURE_BENCH_PROFILES")
 	type mode struct {
@@ -336,7 +345,7 @@ func BenchmarkFanOutRatio(b *testing.B) {
 		for range clients {
 			wg.Go(func() {
 				for n.Add(1) <= int64(total) {
-					if err := get(s.c, s.addr, newReqID()); err != nil {
+					if err := check(s.c, s.addr, newReqID()); err != nil {
 						b.Error(err)
 						return
 					}
@@ -349,7 +358,10 @@ func BenchmarkFanOutRatio(b *testing.B) {
 	b.ResetTimer()
 	for blk := range blocks {
 		b.StopTimer()
-		table := createTable(b, dsn) // per block: MEMORY tables are bounded
+		table := ""
+		if !pg {
+			table = createTable(b, dsn) // per block: MEMORY tables are bounded
+		}
 		var svcs []*service
 		for i := range modes {
 			// each mode starts (and warms up) first in some blocks: the
@@ -357,6 +369,9 @@ func BenchmarkFanOutRatio(b *testing.B) {
 			m := modes[(blk+i)%len(modes)]
 			env := []string{testenv.RedisEnv + "=" + redisAddr, testenv.MySQLEnv + "=" + dsn,
 				fanOutDownEnv + "=http://" + down, fanOutTableEnv + "=" + table}
+			if pg {
+				env = []string{testenv.PostgresEnv + "=" + pgURL}
+			}
 			if m.rate != "" && !aa {
 				dir := b.TempDir()
 				m.dirs = append(m.dirs, dir)
@@ -367,7 +382,7 @@ func BenchmarkFanOutRatio(b *testing.B) {
 				env = append(env, fanOutProfileEnv+"="+filepath.Join(profiles, name))
 			}
 			s := &service{mode: m, c: newClient(2 * clients)}
-			s.addr, s.stop, s.cmd = startChildCmd(b, "fanout", env...)
+			s.addr, s.stop, s.cmd = startChildCmd(b, kind, env...)
 			svcs = append(svcs, s)
 		}
 		for _, s := range svcs {

@@ -20,7 +20,6 @@ type book struct {
 	params  [][]byte            // ParameterStatus messages of the first recorded start-up
 	parsed  map[string]answer   // SQL → the answer to its Parse
 	descr   map[string]answer   // SQL → the answer to Describe of the statement
-	types   map[string][]uint32 // SQL → parameter types, from its ParameterDescription
 	onConn  map[connName]string // statement name on a recorded connection → SQL
 	anyConn map[string]string   // statement name → SQL, the first recorded
 }
@@ -39,7 +38,7 @@ type connName struct {
 var _ wire.Book = (*book)(nil)
 
 func newBook() *book {
-	return &book{parsed: map[string]answer{}, descr: map[string]answer{}, types: map[string][]uint32{},
+	return &book{parsed: map[string]answer{}, descr: map[string]answer{},
 		onConn: map[connName]string{}, anyConn: map[string]string{}}
 }
 
@@ -91,7 +90,6 @@ func (b *book) learnMessage(c wire.Call, n *names, m msg) {
 		}
 		if _, seen := b.descr[s.sql]; !seen {
 			b.descr[s.sql] = answer{m.ans, c.Seq}
-			b.types[s.sql] = paramTypes(m.ans)
 		}
 	}
 }
@@ -174,13 +172,6 @@ func (b *book) stmtOn(conn int64, name string) (stmt, bool) {
 	return stmt{}, false
 }
 
-// typesOf returns the parameter types recorded for sql's statement.
-func (b *book) typesOf(sql string) []uint32 {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return b.types[sql]
-}
-
 // paramStatuses returns the ParameterStatus messages of a recorded
 // start-up answer.
 func paramStatuses(resp []byte) [][]byte {
@@ -191,23 +182,6 @@ func paramStatuses(resp []byte) [][]byte {
 			binary.BigEndian.PutUint32(out[len(out)-1][1:], uint32(4+len(m.Body)))
 		}
 		return true
-	})
-	return out
-}
-
-// paramTypes returns the parameter types of the ParameterDescription in
-// a Describe's answer.
-func paramTypes(ans []byte) []uint32 {
-	var out []uint32
-	Messages(ans, false, false, func(m Message) bool {
-		if m.Type != ParameterDescription || len(m.Body) < 2 {
-			return true
-		}
-		n := int(binary.BigEndian.Uint16(m.Body))
-		for i := 0; i < n && 2+4*i+4 <= len(m.Body); i++ {
-			out = append(out, binary.BigEndian.Uint32(m.Body[2+4*i:]))
-		}
-		return false
 	})
 	return out
 }

@@ -121,9 +121,7 @@ func (n *names) request(raw []byte, ms []Message) (wire.Request, unitKind) {
 				n.portals[b.DestinationPortal] = q
 			}
 			kind = kindExec
-			for _, v := range b.Parameters {
-				args = append(args, v)
-			}
+			args = append(args, b.Parameters...)
 		case Execute:
 			var e pgproto3.Execute
 			if e.Decode(m.Body) != nil {

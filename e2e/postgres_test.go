@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/retrace-dev/retrace/examples/ledger"
 	"github.com/retrace-dev/retrace/internal/testenv"
 	"github.com/retrace-dev/retrace/replayer/diff"
@@ -149,7 +150,19 @@ func TestLedgerOnPostgres(t *testing.T) {
 	rest := pgURL[at+1:]
 	slash := strings.IndexAny(rest, "/?")
 	proxy := newProxy(t, rest[:slash])
+	schema := fmt.Sprintf("ledger_e2e_%d", time.Now().UnixNano())
 	url := pgURL[:at+1] + proxy.Addr() + rest[slash:]
+	if strings.Contains(url, "?") {
+		url += "&search_path=" + schema
+	} else {
+		url += "?search_path=" + schema
+	}
+	t.Cleanup(func() {
+		if conn, err := pgx.Connect(context.Background(), pgURL); err == nil {
+			conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+			conn.Close(context.Background())
+		}
+	})
 	dir := t.TempDir()
 	recDir := filepath.Join(dir, "recordings")
 

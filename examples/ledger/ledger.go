@@ -41,7 +41,9 @@ const ListeningPrefix = "ledger: listening on "
 
 // Config says where the service's PostgreSQL is.
 type Config struct {
-	// PostgresURL is a pgx connection string (URL or key=value).
+	// PostgresURL is a pgx connection string (URL or key=value). A
+	// search_path parameter names the schema the tables live in, which
+	// Setup creates (tests run side by side in schemas of their own).
 	PostgresURL string
 	// MaxConns caps the pool; zero means 8.
 	MaxConns int32
@@ -52,6 +54,7 @@ type Config struct {
 // Server is the ledger service.
 type Server struct {
 	pool    *pgxpool.Pool
+	schema  string // search_path of the URL, "" for none
 	variant string
 	mux     *http.ServeMux
 }
@@ -78,7 +81,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 		pool.Close()
 		return nil, fmt.Errorf("ledger: pinging PostgreSQL: %w", err)
 	}
-	s := &Server{pool: pool, variant: cfg.Variant, mux: http.NewServeMux()}
+	s := &Server{pool: pool, variant: cfg.Variant, mux: http.NewServeMux(), schema: pc.ConnConfig.RuntimeParams["search_path"]}
 	s.mux.HandleFunc("POST /transfers", s.transfer)
 	s.mux.HandleFunc("GET /accounts/{id}", s.account)
 	return s, nil
@@ -95,6 +98,11 @@ const Accounts = 50
 // Setup creates the schema and the accounts, each with a balance of
 // 1000.00, replacing what was there.
 func (s *Server) Setup(ctx context.Context) error {
+	if s.schema != "" {
+		if _, err := s.pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{s.schema}.Sanitize()); err != nil {
+			return fmt.Errorf("ledger: creating schema %q: %w", s.schema, err)
+		}
+	}
 	for _, q := range []string{
 		`DROP TABLE IF EXISTS entries, accounts`,
 		`CREATE TABLE accounts (id int PRIMARY KEY, owner text NOT NULL, balance numeric(14,2) NOT NULL CHECK (balance >= 0))`,

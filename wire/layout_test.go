@@ -16,7 +16,8 @@ var importers = map[string]string{
 	"hook":               "the agent frames HTTP/1 responses on accepted connections (http1.Response) on its hot path",
 	"recording/capture":  "an inbound request's session ends with its HTTP/1 response (http1.Response), on the agent's hot path",
 	"replayer/diff":      "compares downstream requests field by field, with each protocol's parsed commands",
-	"replayer/regress":   "pairs MySQL commands of a recording and a replay before they are compared",
+	"replayer/regress":   "pairs MySQL commands of a recording and a replay; reads the service's HTTP responses (http1.ReadResponse)",
+	"replayer/report":    "shows HTTP requests and responses as decoded messages with their fields",
 	"internal/agenttest": "test servers of the agent's tests answer RESP with wire/redis",
 }
 

@@ -114,8 +114,9 @@ type Framer interface {
 // Capture calls it under the connection's lock, in the order the bytes
 // were written and read. A Tap is made when the connection's protocol is
 // decided; when client bytes came before that (Detector.Client), capture
-// first passes them to Write as one write with begins true: they began
-// the call in progress, whose Setup the Filing then decides.
+// first passes them to Write as one write with begins true, so that the
+// Tap's state follows the call in progress (that call is filed already:
+// the Filing is not applied to it).
 type Tap interface {
 	// Write files client bytes p, written on a goroutine of trace tid
 	// ("" for none). begins says capture would start a new call with them:

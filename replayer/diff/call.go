@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/retrace-dev/retrace/wire"
+	"github.com/retrace-dev/retrace/wire/http1"
 	"github.com/retrace-dev/retrace/wire/mysql"
 	"github.com/retrace-dev/retrace/wire/postgres"
 	"github.com/retrace-dev/retrace/wire/redis"
@@ -36,8 +37,8 @@ func (r *Rules) CompareCalls(api, proto, dst string, want, got []byte) []Differe
 	c := &collector{v: r.view(api, ScopeDownstream, dst)}
 	switch proto {
 	case "http":
-		if w, err := ParseRequest(want); err == nil {
-			if g, err := ParseRequest(got); err == nil {
+		if w, err := http1.ParseRequest(want); err == nil {
+			if g, err := http1.ParseRequest(got); err == nil {
 				c.request(w, g)
 				return c.result()
 			}
@@ -68,7 +69,7 @@ func (r *Rules) CompareCalls(api, proto, dst string, want, got []byte) []Differe
 	return c.result()
 }
 
-func (c *collector) request(w, g *Request) {
+func (c *collector) request(w, g *http1.ParsedRequest) {
 	c.push(keySeg("method"))
 	if w.Method != g.Method && !c.v.ignored(c.path) {
 		c.add(Changed, w.Method, g.Method, "")

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/retrace-dev/retrace/wire/http1"
 )
 
 // Kind says how a value differs.
@@ -84,7 +86,7 @@ func (c *collector) result() []Difference {
 // CompareResponses compares a replayed response with the recorded one under
 // the rules that apply to api in the response scope. It returns nil when
 // they are equal.
-func (r *Rules) CompareResponses(api string, want, got *Response) []Difference {
+func (r *Rules) CompareResponses(api string, want, got *http1.ParsedResponse) []Difference {
 	c := &collector{v: r.view(api, ScopeResponse, "")}
 	c.push(keySeg("status"))
 	if want.Status != got.Status && !c.v.ignored(c.path) {

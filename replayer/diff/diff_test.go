@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"fmt"
+	"github.com/retrace-dev/retrace/wire/http1"
 	"strings"
 	"testing"
 
@@ -111,11 +112,11 @@ func TestCompareResponses(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := mustRules(t, tc.rules...)
-			w, err := ParseResponse(tc.want, "GET")
+			w, err := http1.ParseResponse(tc.want, "GET")
 			if err != nil {
 				t.Fatal(err)
 			}
-			g, err := ParseResponse(tc.got, "GET")
+			g, err := http1.ParseResponse(tc.got, "GET")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,26 +130,26 @@ func TestCompareResponses(t *testing.T) {
 
 func TestTruncatedRecording(t *testing.T) {
 	full := resp(200, "", "abcdefgh")
-	w, err := ParseResponse(full[:len(full)-3], "GET")
+	w, err := http1.ParseResponse(full[:len(full)-3], "GET")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !w.Truncated || string(w.Body) != "abcde" {
 		t.Fatalf("truncated=%v body=%q", w.Truncated, w.Body)
 	}
-	g, _ := ParseResponse(full, "GET")
+	g, _ := http1.ParseResponse(full, "GET")
 	if ds := (*Rules)(nil).CompareResponses("", w, g); len(ds) != 0 {
 		t.Errorf("prefix should compare equal: %v", ds)
 	}
-	g, _ = ParseResponse(resp(200, "", "abXdefgh"), "GET")
+	g, _ = http1.ParseResponse(resp(200, "", "abXdefgh"), "GET")
 	if ds := (*Rules)(nil).CompareResponses("", w, g); paths(ds) != "body changed" {
 		t.Errorf("got %v", ds)
 	}
 }
 
 func TestDiffValues(t *testing.T) {
-	w, _ := ParseResponse(resp(200, "", `{"a":{"b":[1,{"c":"x"}]}}`), "GET")
-	g, _ := ParseResponse(resp(201, "", `{"a":{"b":[1,{"c":"y"}]}}`), "GET")
+	w, _ := http1.ParseResponse(resp(200, "", `{"a":{"b":[1,{"c":"x"}]}}`), "GET")
+	g, _ := http1.ParseResponse(resp(201, "", `{"a":{"b":[1,{"c":"y"}]}}`), "GET")
 	ds := (*Rules)(nil).CompareResponses("", w, g)
 	want := []Difference{
 		{Path: "status", Kind: Changed, Want: "200", Got: "201"},
@@ -173,8 +174,8 @@ func TestMaxDiffs(t *testing.T) {
 	}
 	a.WriteString("]")
 	b.WriteString("]")
-	w, _ := ParseResponse(resp(200, "", a.String()), "GET")
-	g, _ := ParseResponse(resp(200, "", b.String()), "GET")
+	w, _ := http1.ParseResponse(resp(200, "", a.String()), "GET")
+	g, _ := http1.ParseResponse(resp(200, "", b.String()), "GET")
 	ds := (*Rules)(nil).CompareResponses("", w, g)
 	if len(ds) != MaxDiffs+1 || ds[MaxDiffs].Note != "10 more differences not shown" {
 		t.Errorf("got %d differences, last %v", len(ds), ds[len(ds)-1])

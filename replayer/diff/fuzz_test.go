@@ -1,6 +1,7 @@
 package diff
 
 import (
+	"github.com/retrace-dev/retrace/wire/http1"
 	"testing"
 )
 
@@ -58,14 +59,14 @@ func FuzzCompareResponses(f *testing.F) {
 	f.Add(resp(200, "Content-Encoding: gzip\r\n", gz("hello")), resp(200, "", "hello"))
 	rules, _ := NewRules(Rule{Unordered: "body.a"}, Rule{Ignore: "**.b"}, Rule{Tolerance: "body.d", Abs: 1})
 	f.Fuzz(func(t *testing.T, a, b []byte) {
-		w, err := ParseResponse(a, "GET")
+		w, err := http1.ParseResponse(a, "GET")
 		if err != nil {
 			return
 		}
 		if ds := rules.CompareResponses("x", w, w); len(ds) != 0 {
 			t.Fatalf("a response differs from itself: %v", ds)
 		}
-		g, err := ParseResponse(b, "GET")
+		g, err := http1.ParseResponse(b, "GET")
 		if err != nil {
 			return
 		}

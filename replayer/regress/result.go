@@ -2,6 +2,7 @@ package regress
 
 import (
 	"fmt"
+	"github.com/retrace-dev/retrace/wire/http1"
 	"strconv"
 	"strings"
 	"time"
@@ -109,11 +110,11 @@ func (r *Result) Name() string {
 
 // Detail is the evidence of a failing session.
 type Detail struct {
-	Request  []byte         // the recorded inbound request, capped
-	Recorded *diff.Response // the recorded response
-	Replayed *diff.Response // the candidate's response; nil when it failed
-	Baseline *diff.Response // A/B mode: the baseline's response
-	Calls    []CallDetail   // downstream calls, in order of arrival, then unused recorded calls
+	Request  []byte                // the recorded inbound request, capped
+	Recorded *http1.ParsedResponse // the recorded response
+	Replayed *http1.ParsedResponse // the candidate's response; nil when it failed
+	Baseline *http1.ParsedResponse // A/B mode: the baseline's response
+	Calls    []CallDetail          // downstream calls, in order of arrival, then unused recorded calls
 }
 
 // CallDetail is one downstream call of a failing session.
@@ -134,7 +135,7 @@ func capBytes(b []byte) []byte {
 	return b
 }
 
-func capResponse(r *diff.Response) *diff.Response {
+func capResponse(r *http1.ParsedResponse) *http1.ParsedResponse {
 	if r == nil || len(r.Body) <= maxDetailBytes {
 		return r
 	}

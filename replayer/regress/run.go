@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/retrace-dev/retrace/wire/http1"
 	"strings"
 	"sync"
 	"time"
@@ -276,7 +277,7 @@ func Count(ctx context.Context, cfg Config) (int, error) {
 // attempt is one replay of a session against one side.
 type attempt struct {
 	trace  string
-	resp   *diff.Response
+	resp   *http1.ParsedResponse
 	report *mockserver.TraceReport
 	err    error
 }
@@ -341,7 +342,7 @@ func (r *runner) replaySession(ctx context.Context, w *worker, j job) *Result {
 	if s.Inbound.RequestTruncated {
 		return fail(fmt.Errorf("recorded request was truncated at %d bytes; not replayed", len(s.Inbound.Request)), nil)
 	}
-	rec, err := diff.ParseResponse(s.Inbound.Response, method)
+	rec, err := http1.ParseResponse(s.Inbound.Response, method)
 	if err != nil {
 		return fail(fmt.Errorf("recorded response: %w", err), &Detail{Request: capBytes(s.Inbound.Request)})
 	}
@@ -375,7 +376,7 @@ func (r *runner) replaySession(ctx context.Context, w *worker, j job) *Result {
 }
 
 // judge diffs one attempt against the recording.
-func (r *runner) judge(api string, s *recording.Session, rec *diff.Response, a attempt) ([]Finding, []CallDetail) {
+func (r *runner) judge(api string, s *recording.Session, rec *http1.ParsedResponse, a attempt) ([]Finding, []CallDetail) {
 	var out []Finding
 	for _, d := range r.cfg.Rules.CompareResponses(api, rec, a.resp) {
 		out = append(out, Finding{Difference: d, Where: InResponse})

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/retrace-dev/retrace/wire/http1"
 	"io"
 	"net"
 	"net/url"
@@ -14,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/retrace-dev/retrace/replayer/diff"
 )
 
 // Header names of DESIGN.md 3.2.
@@ -187,7 +187,7 @@ func (c *client) dial(ctx context.Context) error {
 // do sends one recorded request and reads the response. A request that
 // fails on a reused connection before any response byte arrived (the
 // server closed it while idle) is sent once more on a new connection.
-func (c *client) do(ctx context.Context, raw []byte, traceID string, replayTime int64) (*diff.Response, error) {
+func (c *client) do(ctx context.Context, raw []byte, traceID string, replayTime int64) (*http1.ParsedResponse, error) {
 	req, method, err := c.t.buildRequest(c.buf[:0], raw, traceID, replayTime)
 	if err != nil {
 		return nil, err
@@ -223,7 +223,7 @@ type idleClosed struct{ err error }
 func (e *idleClosed) Error() string { return e.err.Error() }
 func (e *idleClosed) Unwrap() error { return e.err }
 
-func (c *client) roundTrip(ctx context.Context, req []byte, method string) (*diff.Response, error) {
+func (c *client) roundTrip(ctx context.Context, req []byte, method string) (*http1.ParsedResponse, error) {
 	deadline := time.Now().Add(c.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -243,7 +243,7 @@ func (c *client) roundTrip(ctx context.Context, req []byte, method string) (*dif
 		}
 		return nil, fmt.Errorf("read from %s: %w", c.t.addr, timeoutErr(err, c.timeout))
 	}
-	resp, err := diff.ReadResponse(c.br, method)
+	resp, err := http1.ReadResponse(c.br, method)
 	if err != nil {
 		return nil, fmt.Errorf("read response from %s: %w", c.t.addr, timeoutErr(err, c.timeout))
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/retrace-dev/retrace/wire"
+	"github.com/retrace-dev/retrace/wire/http1"
 	"github.com/retrace-dev/retrace/wire/protocols"
 	"html/template"
 	"net/http"
@@ -118,7 +119,7 @@ func responseFindings(fs []regress.Finding) []diff.Difference {
 	return out
 }
 
-func msgOf(title string, r *diff.Response, m marks) msgView {
+func msgOf(title string, r *http1.ParsedResponse, m marks) msgView {
 	if r == nil {
 		return msgView{Title: title, Note: "no response"}
 	}
@@ -261,7 +262,7 @@ func renderCall(proto string, req []byte, m marks) template.HTML {
 		return template.HTML(`<span class="none">(none)</span>`)
 	}
 	if proto == "http" {
-		if r, err := diff.ParseRequest(req); err == nil {
+		if r, err := http1.ParseRequest(req); err == nil {
 			var b strings.Builder
 			line := template.HTMLEscapeString(r.Method + " " + r.Target)
 			if m.paths["method"] || m.paths["target"] {

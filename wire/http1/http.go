@@ -7,10 +7,8 @@ package http1
 
 import (
 	"bytes"
-	"compress/gzip"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 )
@@ -220,14 +218,8 @@ func Body(msg []byte, h Head, limit int) []byte {
 	if h.Chunked {
 		body = dechunk(body)
 	}
-	if h.Gzip && len(body) > 0 {
-		zr, err := gzip.NewReader(bytes.NewReader(body))
-		if err == nil {
-			dec, err := io.ReadAll(io.LimitReader(zr, int64(limit)))
-			if err == nil || len(dec) > 0 {
-				return dec
-			}
-		}
+	if h.Gzip {
+		body, _ = uncompress("gzip", body, false, limit)
 	}
 	return body
 }

@@ -1,4 +1,8 @@
-package diff
+// Whole messages decoded for comparison: an HTTP/1.x request or response
+// with its transfer coding (chunked) and content coding (gzip, deflate)
+// removed, read with net/http.
+
+package http1
 
 import (
 	"bufio"
@@ -16,9 +20,9 @@ import (
 // MaxBody bounds a decoded body; a longer one is cut and marked Truncated.
 const MaxBody = 64 << 20
 
-// Response is an HTTP response with its transfer coding (chunked) and
-// content coding (gzip, deflate) removed.
-type Response struct {
+// ParsedResponse is an HTTP response with its transfer coding (chunked)
+// and content coding (gzip, deflate) removed.
+type ParsedResponse struct {
 	Status    int
 	Header    http.Header
 	Body      []byte
@@ -27,8 +31,9 @@ type Response struct {
 	Close bool
 }
 
-// Request is an HTTP request with its transfer and content codings removed.
-type Request struct {
+// ParsedRequest is an HTTP request with its transfer and content codings
+// removed.
+type ParsedRequest struct {
 	Method    string
 	Target    string // request target as sent: path and query
 	Header    http.Header
@@ -39,7 +44,7 @@ type Request struct {
 // ReadResponse reads one response from br, skipping interim (1xx)
 // responses, and decodes its body. method is the method of the request it
 // answers (a HEAD response has no body).
-func ReadResponse(br *bufio.Reader, method string) (*Response, error) {
+func ReadResponse(br *bufio.Reader, method string) (*ParsedResponse, error) {
 	req := &http.Request{Method: method}
 	for {
 		resp, err := http.ReadResponse(br, req)
@@ -50,7 +55,7 @@ func ReadResponse(br *bufio.Reader, method string) (*Response, error) {
 			resp.Body.Close()
 			continue
 		}
-		out := &Response{Status: resp.StatusCode, Header: resp.Header, Close: resp.Close}
+		out := &ParsedResponse{Status: resp.StatusCode, Header: resp.Header, Close: resp.Close}
 		body, trunc, err := readBody(resp.Body)
 		resp.Body.Close()
 		out.Body, out.Truncated = body, trunc
@@ -65,7 +70,7 @@ func ReadResponse(br *bufio.Reader, method string) (*Response, error) {
 // ParseResponse decodes a recorded response. A body cut short (a recording
 // truncated at the recorder's cap) is returned as far as it goes with
 // Truncated set, not as an error.
-func ParseResponse(raw []byte, method string) (*Response, error) {
+func ParseResponse(raw []byte, method string) (*ParsedResponse, error) {
 	resp, err := ReadResponse(bufio.NewReader(bytes.NewReader(raw)), method)
 	if err != nil {
 		if resp != nil && errors.Is(err, io.ErrUnexpectedEOF) {
@@ -79,12 +84,12 @@ func ParseResponse(raw []byte, method string) (*Response, error) {
 }
 
 // ParseRequest decodes a raw HTTP/1.x request.
-func ParseRequest(raw []byte) (*Request, error) {
+func ParseRequest(raw []byte) (*ParsedRequest, error) {
 	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))
 	if err != nil {
 		return nil, fmt.Errorf("parse HTTP request: %w", err)
 	}
-	out := &Request{Method: req.Method, Target: req.RequestURI, Header: req.Header}
+	out := &ParsedRequest{Method: req.Method, Target: req.RequestURI, Header: req.Header}
 	if req.Host != "" {
 		out.Header = out.Header.Clone()
 		out.Header.Set("Host", req.Host)
@@ -100,10 +105,12 @@ func ParseRequest(raw []byte) (*Request, error) {
 
 // readBody reads at most MaxBody bytes of r. The bytes read so far are
 // returned also with an error.
-func readBody(r io.Reader) ([]byte, bool, error) {
-	body, err := io.ReadAll(io.LimitReader(r, MaxBody+1))
-	if len(body) > MaxBody {
-		return body[:MaxBody], true, nil
+func readBody(r io.Reader) ([]byte, bool, error) { return readLimited(r, MaxBody) }
+
+func readLimited(r io.Reader, limit int) ([]byte, bool, error) {
+	body, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	if len(body) > limit {
+		return body[:limit], true, nil
 	}
 	return body, false, err
 }
@@ -111,7 +118,14 @@ func readBody(r io.Reader) ([]byte, bool, error) {
 // decodeContent removes the content codings named in h. A body that does
 // not decode is kept as is: the difference will show in the comparison.
 func decodeContent(h http.Header, body []byte, trunc bool) ([]byte, bool) {
-	ce := strings.ToLower(strings.TrimSpace(h.Get("Content-Encoding")))
+	return uncompress(h.Get("Content-Encoding"), body, trunc, MaxBody)
+}
+
+// uncompress removes content coding ce (gzip, deflate) from body, keeping
+// at most limit bytes (cut is then true). A body that does not decode is
+// returned as it is.
+func uncompress(ce string, body []byte, trunc bool, limit int) ([]byte, bool) {
+	ce = strings.ToLower(strings.TrimSpace(ce))
 	if ce == "" || ce == "identity" || len(body) == 0 {
 		return body, trunc
 	}
@@ -133,7 +147,7 @@ func decodeContent(h http.Header, body []byte, trunc bool) ([]byte, bool) {
 	default:
 		return body, trunc
 	}
-	out, cut, err := readBody(r)
+	out, cut, err := readLimited(r, limit)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return body, trunc
 	}

@@ -327,13 +327,24 @@ func validOrEmpty(tid string) string {
 
 // inBandTrace is the trace of a request written on a dialled connection:
 // the one its in-band Retrace-Trace-Id named, "" for none (splitOutbound
-// then charges it to the writing goroutine's).
+// then charges it to the writing goroutine's), or untracedMark for a
+// request the Transport hook marked as made on no trace.
 func inBandTrace(h trace.RequestHead) string {
 	if h.Stripped > 0 {
 		counters.stripped.Add(1)
+		if h.TraceID == "" {
+			return untracedMark
+		}
 	}
 	return h.TraceID
 }
+
+// untracedMark is the trace inBandTrace gives a request whose in-band
+// Retrace-Trace-Id was empty: the Transport hook says its caller had no
+// trace, so the writing goroutine's (net/http's writeLoop, which serves
+// the pooled connection for any request) must not be charged instead.
+// It is no valid trace id.
+const untracedMark = "\x00untraced"
 
 // plainOutboundWrite reports whether a write on a dialled connection goes
 // out as it is (a plain connection with no HTTP to strip: the common case),
@@ -429,8 +440,11 @@ func (e *engine) splitOutbound(st *connState, b []byte, w *outWriter) (ok bool) 
 	}
 	out := s.feed(b)
 	for i := range s.events {
-		if ev := &s.events[i]; ev.tid == "" {
+		switch ev := &s.events[i]; ev.tid {
+		case "":
 			ev.tid = goroutineTID()
+		case untracedMark:
+			ev.tid = ""
 		}
 	}
 	s.attribute(out, goroutineTID, w.piece)

@@ -105,7 +105,19 @@ func findNetLayout() (*netLayout, error) {
 		l.tag = padding(fd, 0)
 	}
 	method := func(t reflect.Type, name, runtimeName string) (target, error) {
-		m, ok := t.MethodByName(name)
+		// MethodByName is called with constant names only: a call with a
+		// name the linker cannot see makes it keep every exported method
+		// of every type in the program (megabytes in a service binary).
+		var m reflect.Method
+		var ok bool
+		switch name {
+		case "Read":
+			m, ok = t.MethodByName("Read")
+		case "Write":
+			m, ok = t.MethodByName("Write")
+		case "Close":
+			m, ok = t.MethodByName("Close")
+		}
 		if !ok {
 			return target{}, fmt.Errorf("%w: %v has no method %s", ErrUnsupported, t, name)
 		}

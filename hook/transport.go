@@ -6,8 +6,6 @@ import (
 	"reflect"
 	"sync/atomic"
 
-	"github.com/agiledragon/gomonkey/v2/creflect"
-
 	"github.com/retrace-dev/retrace/trace"
 )
 
@@ -33,8 +31,8 @@ func transportTarget() (target, error) {
 	if !ok {
 		return target{}, fmt.Errorf("%w: http.Transport has no RoundTrip", ErrUnsupported)
 	}
-	word, ok := creflect.MethodByName(tt, "roundTrip")
-	if !ok || word == nil {
+	word := methodWord(tt, "roundTrip")
+	if word == nil {
 		return target{}, fmt.Errorf("%w: (*http.Transport).roundTrip not found through reflect", ErrUnsupported)
 	}
 	inner := target{name: "net/http.(*Transport).roundTrip", word: word}
@@ -92,9 +90,17 @@ func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request,
 	}
 	tid := trace.CurrentID()
 	if tid == "" || !trace.ValidID(tid) {
-		return req, false
-	}
-	if _, set := req.Header[TraceHeader]; set {
+		if e.cfg.Mode != Replay {
+			return req, false
+		}
+		// In replay mode an untraced request (start-up, background,
+		// health checks) says so in-band, with an empty id: net/http
+		// writes it on the pooled connection's writeLoop goroutine,
+		// whose trace is whichever it inherited, never this request's.
+		// (Record mode leaves it as it is: most of its requests are
+		// unsampled, and the copy would cost each of them.)
+		tid = ""
+	} else if _, set := req.Header[TraceHeader]; set {
 		return req, true
 	}
 	r2 := new(http.Request)

@@ -1,18 +1,32 @@
 package mockserver
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/retrace-dev/retrace/trace"
 )
 
 // Handler returns the admin API (see api.go), for serving on a listener of
-// the caller's choice.
-func (s *Server) Handler() http.Handler {
+// the caller's choice; it checks Config.AdminToken. The admin listener
+// serves it together with /debug/pprof/.
+func (s *Server) Handler() http.Handler { return s.adminHandler(false) }
+
+// adminHandler is the admin API, with the Go profiler when pprof is set.
+// Every path but GET /healthz needs the token when one is configured.
+func (s *Server) adminHandler(withPprof bool) http.Handler {
 	mux := http.NewServeMux()
+	if withPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "sessions": s.idx.count(), "traces": s.Traces()})
 	})
@@ -32,7 +46,12 @@ func (s *Server) Handler() http.Handler {
 			httpError(w, http.StatusBadRequest, "POST /traces: recording is empty")
 			return
 		}
-		s.traces.setAlias(a.Trace, a.Recording)
+		if err := s.traces.setAlias(a.Trace, a.Recording); err != nil {
+			s.metrics.aliasesRefused.Inc()
+			s.log.Warn("alias refused", "err", err)
+			httpError(w, http.StatusServiceUnavailable, "POST /traces: trace %q: %v", a.Trace, err)
+			return
+		}
 		if s.idx.session(a.Recording) == nil && s.cfg.Lookup == nil {
 			// Still registered: the recording may be loaded later.
 			s.log.Warn("alias to a recording that is not loaded", "trace", a.Trace, "recording", a.Recording)
@@ -54,7 +73,23 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /missing", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.traces.missingList())
 	})
-	return mux
+	if s.cfg.AdminToken == "" {
+		return mux
+	}
+	want := []byte("Bearer " + s.cfg.AdminToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" && r.Method == http.MethodGet {
+			mux.ServeHTTP(w, r) // for probes: counts only
+			return
+		}
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			s.metrics.unauthorized.Inc()
+			w.Header().Set("WWW-Authenticate", `Bearer realm="retrace mock admin"`)
+			httpError(w, http.StatusUnauthorized, "%s %s: missing or wrong admin token (send Authorization: Bearer TOKEN)", r.Method, r.URL.Path)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -11,9 +11,13 @@ import "github.com/retrace-dev/retrace/recording"
 //	DELETE /traces/{trace}            forget what was observed for a trace (and its alias)
 //	GET    /traces/{trace}            TraceReport
 //	GET    /missing                   []MissingMock, every request no recording answered
+//	GET    /debug/pprof/…             the Go profiler (admin listener only)
 //
 // A trace id equal to a recording's id selects that recording without an
-// alias.
+// alias. With Config.AdminToken set, every request but GET /healthz sends
+// "Authorization: Bearer TOKEN" (401 otherwise). POST /traces answers 503
+// once Config.MaxAliases aliases are registered. Traces and aliases not
+// used for Config.TraceTTL are dropped as if deleted.
 
 // Alias registers Trace as another name of the recording Recording, so one
 // recording can be replayed several times at once.

@@ -25,6 +25,41 @@ const (
 // build which no longer sends it is slowed once by a little.
 const DefaultCausalWait = 250 * time.Millisecond
 
+// Defaults of the bounds of a Config's zero value: what one mock server
+// keeps at most, whoever reaches it.
+const (
+	// DefaultTraceTTL drops a trace's state once no request or report
+	// touched it for this long: far longer than a replay of one session
+	// and the fetch of its report.
+	DefaultTraceTTL = 10 * time.Minute
+	// DefaultMaxTraces bounds the traces with state (a few KB each, more
+	// for long traces): beyond it the least recently used are dropped.
+	DefaultMaxTraces = 20000
+	// DefaultMaxAliases bounds the registered aliases (POST /traces).
+	DefaultMaxAliases = 100000
+	// DefaultMaxConns bounds the framed connections open at once.
+	DefaultMaxConns = 4096
+	// DefaultIdleTimeout closes a framed connection idle this long.
+	DefaultIdleTimeout = 15 * time.Minute
+	// DefaultAdminReadTimeout bounds the reading of one admin request,
+	// headers and body.
+	DefaultAdminReadTimeout = 10 * time.Second
+	// DefaultAdminWriteTimeout bounds the writing of one admin answer; it
+	// leaves room for a 30-second CPU profile.
+	DefaultAdminWriteTimeout = 60 * time.Second
+	// DefaultLogWindow and DefaultLogBurst limit repeated log lines: each
+	// distinct message is logged DefaultLogBurst times per window, then
+	// counted.
+	DefaultLogWindow = 10 * time.Second
+	DefaultLogBurst  = 10
+)
+
+// ErrAdminToken is returned by New when the admin API would listen beyond
+// loopback without Config.AdminToken: anyone who reaches it could then
+// register aliases, read every request of a replay and profile the
+// process.
+var ErrAdminToken = errors.New("mockserver: an admin address beyond loopback needs an admin token")
+
 // Strategy names one way of choosing the recorded call that answers a live
 // request among the recorded calls of its trace and destination with the
 // same operation (HTTP method and path, Redis command, normalised SQL).
@@ -106,7 +141,8 @@ type Config struct {
 	// last: a sender slower than that loses its connection. 0 means 10s.
 	ReadTimeout time.Duration
 	// IdleTimeout closes a connection on which no frame starts for this
-	// long. 0 means never: pooled connections legitimately sit idle.
+	// long (a pooled client dials again). 0 means DefaultIdleTimeout;
+	// negative means never.
 	IdleTimeout time.Duration
 	// WriteTimeout bounds one write of an answer. 0 means 10s.
 	WriteTimeout time.Duration
@@ -161,6 +197,43 @@ type Config struct {
 	// MaxMissing bounds the missing mocks kept for /missing. 0 means 10000.
 	MaxMissing int
 
+	// TraceTTL drops the state of a trace (its observed calls, what it
+	// used of its recording) and its alias once nothing touched them for
+	// this long. 0 means DefaultTraceTTL; negative keeps them until
+	// DELETE /traces/{trace} or MaxTraces.
+	TraceTTL time.Duration
+	// MaxTraces bounds the traces with state: a new one beyond it drops
+	// the least recently used. 0 means DefaultMaxTraces; negative means
+	// no bound. A trace id that names no recording and no alias never
+	// gets state, whatever the bound: it costs a counter.
+	MaxTraces int
+	// MaxAliases bounds the aliases registered through POST /traces;
+	// beyond it a registration is refused (503) until some expire or are
+	// deleted. 0 means DefaultMaxAliases; negative means no bound.
+	MaxAliases int
+	// MaxConns bounds the framed connections open at once; one beyond it
+	// is closed as soon as accepted. 0 means DefaultMaxConns; negative
+	// means no bound.
+	MaxConns int
+
+	// AdminToken, when set, must be sent by every admin request but GET
+	// /healthz, as "Authorization: Bearer TOKEN" (401 otherwise); it also
+	// guards /debug/pprof/. "" means none, allowed only when Admin is a
+	// loopback address (New returns ErrAdminToken otherwise).
+	AdminToken string
+	// AdminReadTimeout bounds reading one admin request, headers and body;
+	// AdminWriteTimeout writing its answer. 0 means
+	// DefaultAdminReadTimeout and DefaultAdminWriteTimeout.
+	AdminReadTimeout, AdminWriteTimeout time.Duration
+
+	// LogWindow and LogBurst limit repeated log lines (missing mocks,
+	// refused connections, …): each distinct message is logged LogBurst
+	// times per LogWindow, and then how many were held back. 0 means
+	// DefaultLogWindow and DefaultLogBurst; a negative LogWindow logs
+	// every line.
+	LogWindow time.Duration
+	LogBurst  int
+
 	// Logger receives connection errors, missing mocks and lifecycle
 	// events. nil discards them.
 	Logger *slog.Logger
@@ -202,11 +275,41 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.TraceTTL == 0 {
+		c.TraceTTL = DefaultTraceTTL
+	}
+	if c.MaxTraces == 0 {
+		c.MaxTraces = DefaultMaxTraces
+	}
+	if c.MaxAliases == 0 {
+		c.MaxAliases = DefaultMaxAliases
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.AdminReadTimeout == 0 {
+		c.AdminReadTimeout = DefaultAdminReadTimeout
+	}
+	if c.AdminWriteTimeout == 0 {
+		c.AdminWriteTimeout = DefaultAdminWriteTimeout
+	}
+	if c.LogWindow == 0 {
+		c.LogWindow = DefaultLogWindow
+	}
+	if c.LogBurst == 0 {
+		c.LogBurst = DefaultLogBurst
+	}
 	switch {
-	case c.ReadTimeout < 0 || c.WriteTimeout < 0 || c.IdleTimeout < 0:
-		return c, errors.New("mockserver: timeouts must not be negative")
-	case c.MaxFrame < 0 || c.MaxMessage < 0 || c.MaxObserved < 0 || c.MaxMissing < 0:
+	case c.ReadTimeout < 0 || c.WriteTimeout < 0 || c.AdminReadTimeout < 0 || c.AdminWriteTimeout < 0:
+		return c, errors.New("mockserver: read and write timeouts must not be negative")
+	case c.MaxFrame < 0 || c.MaxMessage < 0 || c.MaxObserved < 0 || c.MaxMissing < 0 || c.LogBurst < 0:
 		return c, errors.New("mockserver: limits must not be negative")
+	}
+	if c.Admin != "-" && c.AdminToken == "" && !loopback(c.Admin) {
+		return c, fmt.Errorf("%w (admin address %q; set AdminToken, --admin-token or RETRACE_MOCK_ADMIN_TOKEN)", ErrAdminToken, c.Admin)
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return c, fmt.Errorf("mockserver: listen address %q: %w", c.Listen, err)
@@ -242,6 +345,20 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// loopback reports whether the host of addr is a loopback address or
+// "localhost" (an empty host, or 0.0.0.0, listens on every interface).
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (c *Config) chain(dst string) []Strategy {

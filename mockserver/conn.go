@@ -108,7 +108,13 @@ func (c *conn) dstStateOf(ts *traceState) dstState {
 func (c *conn) traceState(tid string) *traceState {
 	gen := c.s.traces.gen.Load()
 	if c.ts == nil || c.tsTID != tid || c.tsGen != gen {
-		c.ts, c.tsTID, c.tsGen = c.s.trace(c.ctx, tid), tid, gen
+		ts := c.s.trace(c.ctx, tid)
+		if ts.transient {
+			return ts // not cached: a recording loaded later must be found
+		}
+		c.ts, c.tsTID, c.tsGen = ts, tid, gen
+	} else {
+		c.s.traces.touch(c.ts)
 	}
 	return c.ts
 }

@@ -214,10 +214,11 @@ func (s *Server) traceDsts(tid string) map[string]bool {
 	}
 	s.traces.mu.RLock()
 	ts := s.traces.traces[tid]
-	recID, ok := s.traces.aliases[tid]
+	a, ok := s.traces.aliases[tid]
 	s.traces.mu.RUnlock()
-	if !ok {
-		recID = tid
+	recID := tid
+	if ok {
+		recID = a.rec
 	}
 	var e *sessionEntry
 	if ts != nil {

@@ -97,10 +97,14 @@ func TestRepeatedHeadersShortcut(t *testing.T) {
 	if string(got) != "hellohowdyzeros" {
 		t.Fatalf("answers %q, want %q", got, "hellohowdyzeros")
 	}
-	var r mockserver.TraceReport
-	getJSONHandler(t, srv, "/traces/other", &r)
-	if len(r.Calls) != 1 || r.Calls[0].Matched != -1 {
-		t.Fatalf("trace other: %+v", r.Calls)
+	// A trace that names no recording is a missing mock, and kept nowhere.
+	var missing []mockserver.MissingMock
+	getJSONHandler(t, srv, "/missing", &missing)
+	if len(missing) != 1 || missing[0].Trace != "other" || string(missing[0].Request) != "hi" {
+		t.Fatalf("missing mocks: %+v", missing)
+	}
+	if n := srv.Traces(); n != 1 {
+		t.Fatalf("%d traces with state, want 1 (rep)", n)
 	}
 }
 

@@ -314,12 +314,12 @@ func TestLookupFetchesRecordingsOnDemand(t *testing.T) {
 }
 
 // A pooled connection may sit idle far longer than ReadTimeout: idleness is
-// no error unless IdleTimeout says so.
+// no error until IdleTimeout (when not negative).
 func TestIdleConnections(t *testing.T) {
 	ctx := context.Background()
 	sess, keys, vals := recordRedisGets(t, "idle")
 	t.Run("kept without IdleTimeout", func(t *testing.T) {
-		srv := mocktest.NewServer(t, mockserver.Config{ReadTimeout: 50 * time.Millisecond}, sess)
+		srv := mocktest.NewServer(t, mockserver.Config{ReadTimeout: 50 * time.Millisecond, IdleTimeout: -1}, sess)
 		d := &mocktest.Dialer{Mock: srv.Addr(), TID: "idle"}
 		c, err := d.DialContext(ctx, "tcp", testenv.RedisAddr(t)) // one connection, no pool to hide a redial
 		if err != nil {

@@ -11,18 +11,20 @@ import (
 	"sync"
 	"time"
 
+	"github.com/retrace-dev/retrace/internal/ratelog"
 	"github.com/retrace-dev/retrace/recording"
 )
 
 // Server is a mock server: it answers framed downstream traffic of replayed
 // requests (DESIGN.md 3.3) from recorded sessions, and serves the admin API.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	idx     *index
-	traces  *traceTable
-	metrics *metrics
-	dests   *dests
+	cfg      Config
+	log      *slog.Logger
+	logLimit *ratelog.Handler // nil when LogWindow < 0
+	idx      *index
+	traces   *traceTable
+	metrics  *metrics
+	dests    *dests
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -49,8 +51,25 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, idx: newIndex(), traces: newTraceTable(cfg.MaxMissing),
-		conns: map[net.Conn]struct{}{}}
+	s := &Server{cfg: cfg, idx: newIndex(), conns: map[net.Conn]struct{}{}}
+	s.metrics = newMetrics(gauges{
+		sessions: func() float64 { return float64(s.idx.count()) },
+		traces:   func() float64 { n, _ := s.traces.sizes(); return float64(n) },
+		aliases:  func() float64 { _, n := s.traces.sizes(); return float64(n) },
+	})
+	s.log = cfg.Logger
+	if cfg.LogWindow > 0 {
+		s.logLimit = ratelog.New(cfg.Logger.Handler(), ratelog.Config{Window: cfg.LogWindow, Burst: cfg.LogBurst,
+			OnSuppress: func(n int) { s.metrics.logSuppressed.Add(float64(n)) }})
+		s.log = slog.New(s.logLimit)
+	}
+	s.traces = newTraceTable(&cfg, func(reason string, n int) {
+		s.metrics.dropped.WithLabelValues(reason).Add(float64(n))
+		if reason == "lru" {
+			s.log.Warn("trace table full: dropped the least recently used traces (raise MaxTraces / --max-traces, or DELETE finished traces)",
+				"dropped", n, "max_traces", cfg.MaxTraces)
+		}
+	})
 	s.dests = newDests(cfg.Map, func(d DestDecision) {
 		if d.How == HowExact {
 			return
@@ -59,7 +78,6 @@ func New(cfg Config) (*Server, error) {
 	})
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.epoch = time.Now().Add(-time.Nanosecond)
-	s.metrics = newMetrics(func() float64 { return float64(s.idx.count()) })
 	return s, nil
 }
 
@@ -111,8 +129,9 @@ func (s *Server) Start() error {
 			return fmt.Errorf("mockserver: admin listen on %s: %w", s.cfg.Admin, err)
 		}
 		s.adminLn = aln
-		s.admin = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+		s.admin = &http.Server{Handler: s.adminHandler(true), ReadHeaderTimeout: min(10*time.Second, s.cfg.AdminReadTimeout),
+			ReadTimeout: s.cfg.AdminReadTimeout, WriteTimeout: s.cfg.AdminWriteTimeout, IdleTimeout: 2 * time.Minute,
+			MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -121,18 +140,54 @@ func (s *Server) Start() error {
 	}
 	s.ln = ln
 	s.started = true
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.acceptLoop(ln)
+	go s.janitor()
 	s.log.Info("mock server listening", "addr", ln.Addr().String(), "admin", s.AdminURL(), "sessions", s.idx.count())
 	return nil
 }
 
-// Traces returns how many traces the server holds state for (every trace
-// seen or aliased and not yet deleted through DELETE /traces/{trace}).
+// Traces returns how many traces the server holds state for: those that
+// named a recording or an alias, not deleted through DELETE
+// /traces/{trace} and not expired.
 func (s *Server) Traces() int {
-	s.traces.mu.RLock()
-	defer s.traces.mu.RUnlock()
-	return len(s.traces.traces)
+	n, _ := s.traces.sizes()
+	return n
+}
+
+// Aliases returns how many aliases are registered.
+func (s *Server) Aliases() int {
+	_, n := s.traces.sizes()
+	return n
+}
+
+// janitor is the goroutine that advances the trace table's clock, expires
+// idle traces and aliases, and writes the counts of held-back log lines.
+func (s *Server) janitor() {
+	defer s.wg.Done()
+	every := time.Second
+	if ttl := s.cfg.TraceTTL; ttl > 0 {
+		every = min(every, max(ttl/8, time.Millisecond))
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	lastFlush := s.now()
+	for {
+		select {
+		case <-s.ctx.Done():
+			if s.logLimit != nil {
+				s.logLimit.Flush(context.Background())
+			}
+			return
+		case <-t.C:
+		}
+		now := s.now()
+		s.traces.expire(int64(now))
+		if s.logLimit != nil && now-lastFlush >= s.cfg.LogWindow {
+			s.logLimit.Flush(context.Background())
+			lastFlush = now
+		}
+	}
 }
 
 // Addr returns the address of the framed-traffic listener ("" before Start).
@@ -175,6 +230,13 @@ func (s *Server) acceptLoop(ln net.Listener) {
 			s.mu.Unlock()
 			nc.Close()
 			return
+		}
+		if s.cfg.MaxConns > 0 && len(s.conns) >= s.cfg.MaxConns {
+			s.mu.Unlock()
+			nc.Close()
+			s.metrics.connsRefused.Inc()
+			s.log.Warn("connection refused: too many open (raise MaxConns / --max-conns)", "remote", nc.RemoteAddr().String(), "max_conns", s.cfg.MaxConns)
+			continue
 		}
 		s.conns[nc] = struct{}{}
 		s.wg.Add(1)

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/recording/capture"
 )
 
 // Environment variables read at init (DESIGN.md 3.1). The record-mode ones
@@ -93,12 +94,15 @@ var started struct {
 	sync.Mutex
 	stop func(context.Context) error
 	err  error
+	rec  interface{ Stats() capture.Stats } // the recorder of record mode, or nil
 }
 
 // Stop removes what init installed from the environment, after letting a
-// recorder flush (bounded by ctx). A program in record mode calls it on
-// shutdown so the last sessions are written. Without an agent started by
-// init it does nothing.
+// recorder write every session it holds (bounded by ctx). It is the
+// shutdown hook of a service that handles SIGTERM itself: call it once the
+// server has shut down (http.Server.Shutdown returned), before main
+// returns, so no completed session is lost (examples/orders does). Without
+// an agent started by init it does nothing; safe to call twice.
 func Stop(ctx context.Context) error {
 	started.Lock()
 	stop := started.stop
@@ -120,6 +124,16 @@ func Err() error {
 
 func init() {
 	stop, err := startFromEnv(os.Getenv)
+	if err == nil && stop != nil {
+		var sigs []os.Signal
+		if sigs, err = parseSignals(os.Getenv(EnvFlushSignals)); err != nil {
+			_ = stop(context.Background())
+			stop, err = nil, fmt.Errorf("%s: %w", EnvFlushSignals, err)
+			started.rec = nil
+		} else if len(sigs) > 0 {
+			flushOnSignals(sigs, Stop)
+		}
+	}
 	started.Lock()
 	started.stop, started.err = stop, err
 	started.Unlock()
@@ -149,12 +163,20 @@ func startFromEnv(getenv func(string) string) (stop func(context.Context) error,
 			return nil, err
 		}
 		cfg.Recorder, stopRecorder = rec, stopRec
+		if r, ok := rec.(interface{ Stats() capture.Stats }); ok {
+			started.Lock()
+			started.rec = r
+			started.Unlock()
+		}
 	}
 	stopHooks, err := Start(cfg)
 	if err != nil {
 		if stopRecorder != nil {
 			_ = stopRecorder(context.Background())
 		}
+		started.Lock()
+		started.rec = nil
+		started.Unlock()
 		return nil, err
 	}
 	return func(ctx context.Context) error {

@@ -14,7 +14,13 @@ import (
 	"github.com/retrace-dev/retrace/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "serve" {
+		serveChild() // a service with the agent started by init from the environment
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func env(kv map[string]string) func(string) string {
 	return func(k string) string { return kv[k] }

@@ -17,11 +17,13 @@ type RecorderFactory func(getenv func(string) string, logger *slog.Logger) (rec 
 
 // recorderFactory is the record-mode integration point: sessions are
 // assembled by recording/capture and written through a recording.Pipeline
-// to the store RETRACE_RECORD names. Object-storage URLs (s3://, gs://,
-// azblob://) need the drivers of recording/cloud linked in: a service that
-// records to a bucket adds
+// to the store RETRACE_RECORD names. The agent links the directory store
+// only; a service that records elsewhere adds the store's import beside
+// the agent's:
 //
-//	import _ "github.com/retrace-dev/retrace/recording/cloud"
+//	import _ "github.com/retrace-dev/retrace/recording/redisstore" // redis://, rediss://
+//	import _ "github.com/retrace-dev/retrace/recording/cloud"      // s3://, gs://, azblob://
 //
-// (left out here so that every service does not link three cloud SDKs).
+// Without it such a RETRACE_RECORD is an error naming the import, and the
+// agent stays off (TestAgentLinksNoStoreSDK holds the footprint).
 var recorderFactory RecorderFactory = capture.FromEnv

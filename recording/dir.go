@@ -1,6 +1,7 @@
 package recording
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"errors"
@@ -12,88 +13,118 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// File names of the directory and object stores:
+// FilePrefix and FileTime make the file names of the directory and object stores:
 // sessions-<UTC time the file was started>-<4-digit counter>.jsonl[.gz].
 // They sort by time, so a reader that walks them in name order reads
 // sessions roughly in the order they were recorded.
 const (
-	filePrefix = "sessions-"
-	fileTime   = "20060102T150405Z"
+	FilePrefix = "sessions-"
+	FileTime   = "20060102T150405Z"
 )
 
 // IsSessionFile reports whether a file or object name is one the directory
 // and object stores read: sessions-*.jsonl or sessions-*.jsonl.gz.
 func IsSessionFile(name string) bool {
 	base := name[strings.LastIndexByte(name, '/')+1:]
-	return strings.HasPrefix(base, filePrefix) &&
+	return strings.HasPrefix(base, FilePrefix) &&
 		(strings.HasSuffix(base, ".jsonl") || strings.HasSuffix(base, ".jsonl.gz"))
 }
 
 // DirStore keeps sessions in a directory of rotated JSONL files, optionally
 // gzip-compressed. Several processes may write into one directory: each
-// creates its own files. Readers see whole lines once Flush returns (the
-// last file of a gzip writer up to its last flush).
+// creates its own files. Readers see whole lines once Flush returns.
+//
+// A file only ever receives whole lines (a gzip file whole gzip members,
+// one per write, which readers read as one stream): when a write fails or
+// is short (a full disk), the file is cut back to where it was and the
+// lines stay buffered, to be written by the next Write or Flush, once
+// there is space again; if the file cannot be cut back, the store goes on
+// in a new file. Files are created 0600 and the directory 0700 unless
+// WithPermissions says otherwise.
 type DirStore struct {
-	skipCounter
+	SkipCounter
 	dir string
-	o   *options
+	o   *Settings
 
 	mu       sync.Mutex // guards the current file and the buffer
 	f        *os.File
-	zw       *gzip.Writer
-	w        io.Writer // f or zw
-	buf      []byte    // whole lines not yet written to w
-	line     []byte    // scratch for encoding one session
-	bytes    int64     // uncompressed bytes in the current file
-	sessions int       // sessions in the current file
-	counter  int       // last counter used in a file name
-	closed   closeOnce
+	size     int64  // bytes of f that hold whole lines (or members)
+	buf      []byte // whole lines not yet written to f
+	line     []byte // scratch for encoding one session
+	zbuf     bytes.Buffer
+	zw       *gzip.Writer // reused for every member
+	bytes    int64        // uncompressed bytes in the current file
+	sessions int          // sessions in the current file
+	counter  int          // last counter used in a file name
+	closed   atomic.Bool
 
 	index dirIndex // for Get
 }
 
 var _ Store = (*DirStore)(nil)
 
-// flushAt is the buffer size at which Write hands lines to the file, so a
-// file only ever receives whole lines in one write.
+// flushAt is the buffer size at which Write hands lines to the file.
 const flushAt = 256 << 10
+
+// Default permissions of what a DirStore creates.
+const (
+	DefaultFileMode os.FileMode = 0o600
+	DefaultDirMode  os.FileMode = 0o700
+)
 
 // NewDirStore returns a store on the directory dir (created on first write).
 func NewDirStore(dir string, opts ...Option) (*DirStore, error) {
 	if dir == "" {
 		return nil, errors.New("recording: empty directory name")
 	}
-	return &DirStore{dir: dir, o: newOptions(opts)}, nil
+	return &DirStore{dir: dir, o: NewSettings(opts)}, nil
 }
 
 // Dir returns the directory of the store.
 func (d *DirStore) Dir() string { return d.dir }
 
+// MkdirAll creates the directory of the store (with the store's directory
+// permissions) if it does not exist.
+func (d *DirStore) MkdirAll() error {
+	if err := os.MkdirAll(d.dir, d.o.DirMode); err != nil {
+		return fmt.Errorf("recording: create directory %s: %w", d.dir, err)
+	}
+	return nil
+}
+
 // Write appends the sessions to the current file, rotating first when it is
-// full.
+// full. When it fails after storing some of them it returns a *WriteError
+// saying how many; a session it stored is written to the file later even if
+// the file cannot take it now.
 func (d *DirStore) Write(ctx context.Context, ss []*Session) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed.done.Load() {
+	if d.closed.Load() {
 		return errors.New("recording: write to closed directory store")
 	}
-	for _, s := range ss {
+	if len(d.buf) >= flushAt { // what an earlier Write could not write
+		if err := d.writeBuf(); err != nil {
+			return err
+		}
+	}
+	for i, s := range ss {
 		line, err := AppendMarshal(d.line[:0], s)
 		if err != nil {
-			return fmt.Errorf("recording: encode session %q: %w", s.ID, err)
+			return &WriteError{Stored: i, Err: fmt.Errorf("recording: encode session %q: %w: %w", s.ID, ErrRejected, err)}
 		}
 		d.line = line
 		if d.f != nil && d.full(int64(len(line)+1)) {
 			if err := d.closeFile(); err != nil {
-				return err
+				return &WriteError{Stored: i, Err: err}
 			}
 		}
 		if d.f == nil {
 			if err := d.openFile(); err != nil {
-				return err
+				return &WriteError{Stored: i, Err: err}
 			}
 		}
 		d.buf = append(append(d.buf, line...), '\n')
@@ -101,7 +132,7 @@ func (d *DirStore) Write(ctx context.Context, ss []*Session) error {
 		d.sessions++
 		if len(d.buf) >= flushAt {
 			if err := d.writeBuf(); err != nil {
-				return err
+				return &WriteError{Stored: i + 1, Err: err}
 			}
 		}
 	}
@@ -109,75 +140,89 @@ func (d *DirStore) Write(ctx context.Context, ss []*Session) error {
 }
 
 func (d *DirStore) full(next int64) bool {
-	if d.o.rotateSessions > 0 && d.sessions >= d.o.rotateSessions {
+	if d.o.RotateSessions > 0 && d.sessions >= d.o.RotateSessions {
 		return true
 	}
-	return d.o.rotateBytes > 0 && d.bytes > 0 && d.bytes+next > d.o.rotateBytes
+	return d.o.RotateBytes > 0 && d.bytes > 0 && d.bytes+next > d.o.RotateBytes
 }
 
 func (d *DirStore) openFile() error {
-	if err := os.MkdirAll(d.dir, 0o755); err != nil {
-		return fmt.Errorf("recording: create directory %s: %w", d.dir, err)
+	if err := d.MkdirAll(); err != nil {
+		return err
 	}
 	ext := ".jsonl"
-	if d.o.gzip {
+	if d.o.Gzip {
 		ext += ".gz"
 	}
-	stamp := time.Now().UTC().Format(fileTime)
+	stamp := time.Now().UTC().Format(FileTime)
 	for range 10000 {
 		d.counter++
-		name := filepath.Join(d.dir, fmt.Sprintf("%s%s-%04d%s", filePrefix, stamp, d.counter, ext))
-		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		name := filepath.Join(d.dir, fmt.Sprintf("%s%s-%04d%s", FilePrefix, stamp, d.counter, ext))
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, d.o.FileMode)
 		if errors.Is(err, fs.ErrExist) {
 			continue // another writer (or process) took this name
 		}
 		if err != nil {
 			return fmt.Errorf("recording: create %s: %w", name, err)
 		}
-		d.f, d.w, d.bytes, d.sessions = f, f, 0, 0
-		if d.o.gzip {
-			d.zw = gzip.NewWriter(f)
-			d.w = d.zw
-		}
+		d.f, d.size, d.bytes, d.sessions = f, 0, 0, 0
 		return nil
 	}
 	return fmt.Errorf("recording: no free file name in %s for %s", d.dir, stamp)
 }
 
+// writeBuf writes the buffered lines to the file in one write, as they are
+// (plain) or as one gzip member. A failed or short write is cut back off
+// the file and the lines stay buffered; when the file cannot be cut back it
+// is closed as it is (its last line or member incomplete, which readers
+// report) and the next write goes to a new file.
 func (d *DirStore) writeBuf() error {
-	if len(d.buf) == 0 {
+	if len(d.buf) == 0 || d.f == nil {
 		return nil
 	}
-	_, err := d.w.Write(d.buf)
-	d.buf = d.buf[:0]
-	if err != nil {
-		return fmt.Errorf("recording: write %s: %w", d.f.Name(), err)
+	out := d.buf
+	if d.o.Gzip {
+		d.zbuf.Reset()
+		if d.zw == nil {
+			d.zw = gzip.NewWriter(&d.zbuf)
+		} else {
+			d.zw.Reset(&d.zbuf)
+		}
+		_, _ = d.zw.Write(d.buf) // into memory: cannot fail
+		_ = d.zw.Close()
+		out = d.zbuf.Bytes()
 	}
-	return nil
-}
-
-func (d *DirStore) flushLocked() error {
-	if d.f == nil {
+	n, err := d.f.Write(out)
+	if err == nil {
+		d.size += int64(n)
+		d.buf = d.buf[:0]
 		return nil
 	}
-	if err := d.writeBuf(); err != nil {
-		return err
-	}
-	if d.zw != nil {
-		if err := d.zw.Flush(); err != nil {
-			return fmt.Errorf("recording: write %s: %w", d.f.Name(), err)
+	name := d.f.Name()
+	if n > 0 {
+		if terr := d.f.Truncate(d.size); terr != nil {
+			_ = d.f.Close()
+			d.f = nil // the lines still buffered go to a new file
+			return fmt.Errorf("recording: write %s: %w (and cutting it back to %d bytes: %v; going on in a new file)", name, err, d.size, terr)
+		}
+		if _, serr := d.f.Seek(d.size, io.SeekStart); serr != nil {
+			_ = d.f.Close()
+			d.f = nil
+			return fmt.Errorf("recording: write %s: %w (and seeking back: %v; going on in a new file)", name, err, serr)
 		}
 	}
-	return nil
+	return fmt.Errorf("recording: write %s: %w (%d bytes of sessions kept to write again)", name, err, len(d.buf))
 }
 
 func (d *DirStore) closeFile() error {
-	err := d.flushLocked()
-	if d.zw != nil {
-		err = errors.Join(err, d.zw.Close())
+	if err := d.writeBuf(); err != nil {
+		return err
 	}
-	err = errors.Join(err, d.f.Close())
-	d.f, d.zw, d.w = nil, nil, nil
+	if d.f == nil {
+		return nil
+	}
+	err := d.f.Close()
+	d.f = nil
 	if err != nil {
 		return fmt.Errorf("recording: close file in %s: %w", d.dir, err)
 	}
@@ -188,25 +233,41 @@ func (d *DirStore) closeFile() error {
 func (d *DirStore) Flush(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.flushLocked()
+	if d.f == nil && len(d.buf) > 0 { // the last file was given up
+		if err := d.openFile(); err != nil {
+			return err
+		}
+	}
+	return d.writeBuf()
 }
 
-// Close flushes and closes the current file. It is safe to call twice.
+// Close writes what is buffered and closes the current file. It is safe to
+// call twice; a Close that fails to write leaves the store open, so that a
+// later Close may write the buffer when there is space.
 func (d *DirStore) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.closed.first() || d.f == nil {
+	if d.closed.Load() {
 		return nil
 	}
-	return d.closeFile()
+	if d.f == nil && len(d.buf) > 0 {
+		if err := d.openFile(); err != nil {
+			return err
+		}
+	}
+	if err := d.closeFile(); err != nil {
+		return err
+	}
+	d.closed.Store(true)
+	return nil
 }
 
 // Files returns the session files of the directory in name (time) order. A
-// directory that does not exist has no files.
+// directory that does not exist is an error wrapping fs.ErrNotExist.
 func (d *DirStore) Files() ([]string, error) {
 	ents, err := os.ReadDir(d.dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, fmt.Errorf("recording: %s: no such directory: %w", d.dir, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("recording: list %s: %w", d.dir, err)
@@ -247,7 +308,7 @@ func (d *DirStore) scanFile(ctx context.Context, name string, fn func(*Session) 
 		return fmt.Errorf("recording: open %s: %w", name, err)
 	}
 	defer f.Close()
-	return scanStream(ctx, name, f, d.o, &d.skipCounter, fn)
+	return ReadJSONL(ctx, name, f, d.o, &d.SkipCounter, fn)
 }
 
 // Get returns the session with the id. The first Get indexes the
@@ -257,7 +318,9 @@ func (d *DirStore) Get(ctx context.Context, id string) (*Session, error) {
 	return d.getIndexed(ctx, id)
 }
 
-func getByScan(ctx context.Context, r Reader, id string) (*Session, error) {
+// GetByScan returns the session with the id by scanning r, for stores
+// with no index.
+func GetByScan(ctx context.Context, r Reader, id string) (*Session, error) {
 	var found *Session
 	err := r.Scan(ctx, func(s *Session) error {
 		if s.ID == id {

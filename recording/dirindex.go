@@ -152,7 +152,7 @@ func (d *DirStore) indexPlain(name string, off int64) error {
 	for {
 		chunk, err := br.ReadSlice('\n')
 		total += len(chunk)
-		if total <= d.o.maxLine {
+		if total <= d.o.MaxLine {
 			line = append(line, chunk...)
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -165,7 +165,7 @@ func (d *DirStore) indexPlain(name string, off int64) error {
 			}
 			return fmt.Errorf("recording: read %s: %w", name, err)
 		}
-		if total <= d.o.maxLine {
+		if total <= d.o.MaxLine {
 			body := bytes.TrimRight(line, "\r\n")
 			var v idOnly
 			if json.Unmarshal(body, &v) == nil && v.ID != "" {

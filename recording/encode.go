@@ -32,6 +32,10 @@ func appendSession(b []byte, s *Session) ([]byte, bool) {
 	b = appendInt(b, int64(v))
 	b = append(b, `,"id":`...)
 	b = appendString(b, s.ID)
+	if s.Trace != "" {
+		b = append(b, `,"trace":`...)
+		b = appendString(b, s.Trace)
+	}
 	if s.App != "" {
 		b = append(b, `,"app":`...)
 		b = appendString(b, s.App)

@@ -31,9 +31,11 @@ func sameJSON(t testing.TB, s *Session) {
 
 func TestMarshalMatchesEncodingJSON(t *testing.T) {
 	tests := map[string]*Session{
-		"sample":      sampleSession("x"),
-		"nil calls":   {ID: "a", At: time.Unix(0, 0).UTC()},
-		"empty calls": {ID: "a", At: time.Unix(0, 0).UTC(), Calls: []Call{}},
+		"sample":        sampleSession("x"),
+		"nil calls":     {ID: "a", At: time.Unix(0, 0).UTC()},
+		"trace":         {ID: "a", Trace: "4bf92f3577b34da6a3ce929d0e0e4736", App: "x", At: time.Unix(0, 0).UTC()},
+		"trace escapes": {ID: "a", Trace: "<\"\x01\xff>", At: time.Unix(0, 0).UTC()},
+		"empty calls":   {ID: "a", At: time.Unix(0, 0).UTC(), Calls: []Call{}},
 		"escapes": {ID: "a", App: "<&>\"\\\x01\x1f\u2028\u2029\x7f", At: time.Unix(1, 5).In(time.FixedZone("x", 3600)),
 			Inbound: Inbound{Proto: "http", Request: []byte("a\tb\r\nc<d>&\"e\"\\"), Response: []byte{}}},
 		"invalid utf8 in a name": {ID: "a", App: "a\xffb\xc3", At: time.Unix(1, 0).UTC(),
@@ -59,7 +61,7 @@ func FuzzMarshalMatchesEncodingJSON(f *testing.F) {
 	f.Add("订单-12345678", "app\u2029app", []byte("POST /订单 HTTP/1.1\r\nContent-Length: 8\r\n\r\n{\"a\":\"\\\"}"),
 		[]byte("\x00\x00\x00\x01\x03SELECT 1234567\x7f\xe2\x80\xa8x"), int64(1234567890123))
 	f.Fuzz(func(t *testing.T, id, app string, req, resp []byte, n int64) {
-		s := &Session{ID: id, App: app, At: time.Unix(0, n).UTC(),
+		s := &Session{ID: id, Trace: app + id, App: app, At: time.Unix(0, n).UTC(),
 			Inbound: Inbound{Proto: app, Local: id, Request: req, Response: resp, StartNs: n},
 			Calls:   []Call{{Seq: int(n % 100), Proto: id, Dst: app, Conn: n, Request: resp, Response: req, DurNs: n, Decoded: app}}}
 		sameJSON(t, s)

@@ -20,10 +20,10 @@ func FuzzScanStream(f *testing.F) {
 			maxLine = 1 << 16
 		}
 		skips := 0
-		o := newOptions([]Option{WithMaxLine(maxLine), WithErrorHandler(func(error) { skips++ })})
-		var sk skipCounter
+		o := NewSettings([]Option{WithMaxLine(maxLine), WithErrorHandler(func(error) { skips++ })})
+		var sk SkipCounter
 		n := 0
-		err := scanStream(context.Background(), "fuzz.jsonl", bytes.NewReader(data), o, &sk, func(*Session) error {
+		err := ReadJSONL(context.Background(), "fuzz.jsonl", bytes.NewReader(data), o, &sk, func(*Session) error {
 			n++
 			return nil
 		})

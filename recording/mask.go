@@ -3,6 +3,9 @@ package recording
 import (
 	"bufio"
 	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +14,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/andybalholm/brotli"
 )
 
 // DefaultMaskReplacement replaces a masked value when a rule names none.
@@ -49,9 +54,13 @@ const DefaultMaskReplacement = "***"
 // chunked body becomes one chunk) when a body changes length; Redis bulk
 // strings and MySQL packets get their length prefixes fixed the same way
 // when a regex changes their length. JSON bodies that a rule changed are
-// re-encoded compactly with keys in sorted order. Bodies with a
-// Content-Encoding (gzip, …) and bodies cut by the payload cap are not
-// decoded: only regex rules reach them.
+// re-encoded compactly with keys in sorted order. A body is JSON when it
+// starts with { or [, whatever its Content-Type says. Bodies with a
+// Content-Encoding of gzip, deflate or br are decoded, masked and encoded
+// again; bodies cut by the payload cap are masked in what is kept (JSON
+// token by token); query strings and form values are URL-decoded before
+// regex rules see them. What cannot be decoded is kept as it is and
+// counted (Stats.MaskSkipped).
 type Masker struct {
 	headers map[string]string // lower-case header name → replacement
 	forms   map[string]string // form field name → replacement
@@ -220,20 +229,29 @@ func parsePath(p string) ([]pathSeg, error) {
 // MaskSession masks every payload of s in place and reports whether any
 // changed.
 func (m *Masker) MaskSession(s *Session) bool {
-	changed := false
-	var c bool
-	s.Inbound.Request, c = m.Mask(s.Inbound.Proto, s.Inbound.Request)
-	changed = changed || c
-	s.Inbound.Response, c = m.Mask(s.Inbound.Proto, s.Inbound.Response)
-	changed = changed || c
+	changed, _, _ := m.maskSession(s)
+	return changed
+}
+
+// maskSession masks every payload of s in place; skipped counts the
+// payloads (or bodies in them) it could not read to mask, kept as they
+// are, and why says why for the first.
+func (m *Masker) maskSession(s *Session) (changed bool, skipped int, why string) {
+	r := maskRun{m: m}
+	one := func(proto string, p *[]byte) {
+		out := r.mask(proto, *p)
+		if !bytes.Equal(out, *p) {
+			*p, changed = out, true
+		}
+	}
+	one(s.Inbound.Proto, &s.Inbound.Request)
+	one(s.Inbound.Proto, &s.Inbound.Response)
 	for i := range s.Calls {
 		call := &s.Calls[i]
-		call.Request, c = m.Mask(call.Proto, call.Request)
-		changed = changed || c
-		call.Response, c = m.Mask(call.Proto, call.Response)
-		changed = changed || c
+		one(call.Proto, &call.Request)
+		one(call.Proto, &call.Response)
 	}
-	return changed
+	return changed, r.skipped, r.why
 }
 
 // Mask returns p masked as a payload of the protocol ("http", "redis",
@@ -243,21 +261,43 @@ func (m *Masker) Mask(proto string, p []byte) ([]byte, bool) {
 	if m == nil || len(p) == 0 {
 		return p, false
 	}
-	var out []byte
-	switch proto {
-	case "http":
-		out = m.maskHTTP(p)
-	case "redis":
-		out = m.maskRESP(p)
-	case "mysql":
-		out = m.maskMySQL(p)
-	default:
-		out = m.regex(p)
-	}
+	r := maskRun{m: m}
+	out := r.mask(proto, p)
 	if bytes.Equal(out, p) {
 		return p, false
 	}
 	return out, true
+}
+
+// maskRun is one masking of a session or payload: it keeps count of what
+// could not be masked.
+type maskRun struct {
+	m       *Masker
+	skipped int
+	why     string // of the first skip
+}
+
+func (r *maskRun) skip(why string) {
+	r.skipped++
+	if r.why == "" {
+		r.why = why
+	}
+}
+
+func (r *maskRun) mask(proto string, p []byte) []byte {
+	if r.m == nil || len(p) == 0 {
+		return p
+	}
+	switch proto {
+	case "http":
+		return r.http(p)
+	case "redis":
+		return r.m.maskRESP(p)
+	case "mysql":
+		return r.m.maskMySQL(p)
+	default:
+		return r.m.regex(p)
+	}
 }
 
 func (m *Masker) regex(p []byte) []byte {
@@ -267,9 +307,10 @@ func (m *Masker) regex(p []byte) []byte {
 	return p
 }
 
-// maskHTTP masks one HTTP/1.x message and, recursively, any message after
-// it in the same payload (interim 1xx responses, pipelined requests).
-func (m *Masker) maskHTTP(p []byte) []byte {
+// http masks one HTTP/1.x message and, recursively, any message after it
+// in the same payload (interim 1xx responses, pipelined requests).
+func (r *maskRun) http(p []byte) []byte {
+	m := r.m
 	headEnd := bytes.Index(p, []byte("\r\n\r\n"))
 	if headEnd < 0 {
 		return m.regex(m.maskHead(p, nil)) // a head cut by the payload cap
@@ -285,8 +326,14 @@ func (m *Masker) maskHTTP(p []byte) []byte {
 	case h.chunked:
 		var ok bool
 		body, after, ok = dechunk(rest)
-		if !ok { // cut by the cap or malformed: leave the framing alone
-			return append(append(m.regex(head), "\r\n"...), m.regex(rest)...)
+		if !ok { // cut by the cap (or malformed): mask what the chunks hold
+			newBody := r.body(body, &h)
+			head = m.regex(head)
+			if bytes.Equal(newBody, body) {
+				return append(append(head, "\r\n"...), m.regex(rest)...)
+			}
+			out := append(append(head, "\r\n"...), strconv.FormatInt(int64(len(newBody)), 16)+"\r\n"...)
+			return append(out, newBody...) // cut as it was: no last chunk
 		}
 		chunked = true
 	case h.contentLength >= 0:
@@ -295,21 +342,12 @@ func (m *Masker) maskHTTP(p []byte) []byte {
 	default:
 		body = rest
 	}
-	newBody := body
-	if h.encoding == "" || h.encoding == "identity" {
-		switch {
-		case strings.Contains(h.contentType, "application/x-www-form-urlencoded"):
-			newBody = m.maskForm(body)
-		case strings.Contains(h.contentType, "json") || looksJSON(body):
-			newBody = m.maskJSON(body)
-		}
-	}
-	newBody = m.regex(newBody)
+	newBody := r.body(body, &h)
 	head = m.regex(head)
 	if bytes.Equal(newBody, body) {
 		// keep the body's framing as it was recorded
 		out := append(append(head, "\r\n"...), rest[:len(rest)-len(after)]...)
-		return m.appendAfter(out, after)
+		return r.appendAfter(out, after)
 	}
 	if chunked {
 		var cb []byte
@@ -323,18 +361,134 @@ func (m *Masker) maskHTTP(p []byte) []byte {
 		// masking changed rather than setting it to what we kept.
 		head = setContentLength(head, h.contentLength+int64(len(newBody)-len(body)))
 	}
-	return m.appendAfter(append(append(head, "\r\n"...), newBody...), after)
+	return r.appendAfter(append(append(head, "\r\n"...), newBody...), after)
 }
 
-func (m *Masker) appendAfter(out, after []byte) []byte {
+func (r *maskRun) appendAfter(out, after []byte) []byte {
 	switch {
 	case len(after) == 0:
 		return out
 	case looksHTTP(after):
-		return append(out, m.maskHTTP(after)...)
+		return append(out, r.http(after)...)
 	default:
-		return append(out, m.regex(after)...)
+		return append(out, r.m.regex(after)...)
 	}
+}
+
+// maxDecoded bounds a body decoded for masking (a compression bomb is not
+// unpacked beyond it; what it holds past the bound is counted as skipped).
+const maxDecoded = 64 << 20
+
+// body masks an HTTP body: decoded first when it has a Content-Encoding
+// (gzip, deflate, br), as JSON whenever it is JSON (whatever the
+// Content-Type says), field by field when it is a form, then by the regex
+// rules; re-encoded when it changed. A body it cannot decode is counted
+// and kept as it is.
+func (r *maskRun) body(body []byte, h *httpHead) []byte {
+	if len(body) == 0 {
+		return body
+	}
+	encs := contentEncodings(h.encoding)
+	plain := body
+	for i := len(encs) - 1; i >= 0; i-- {
+		dec, err := decodeBody(encs[i], plain)
+		if dec == nil {
+			r.skip(fmt.Sprintf("an HTTP body with Content-Encoding %q: %v", h.encoding, err))
+			return body
+		}
+		if len(dec) > maxDecoded {
+			r.skip(fmt.Sprintf("an HTTP body with Content-Encoding %q decodes to more than %d bytes", h.encoding, maxDecoded))
+			return body
+		}
+		plain = dec // a stream the cap cut decodes to what it holds
+	}
+	masked := r.m.maskPlainBody(plain, h.contentType)
+	if len(encs) == 0 || bytes.Equal(masked, plain) {
+		if len(encs) == 0 {
+			return masked
+		}
+		return body
+	}
+	for _, e := range encs {
+		masked = encodeBody(e, masked)
+	}
+	return masked
+}
+
+// maskPlainBody masks a body that is not (or no longer) encoded.
+func (m *Masker) maskPlainBody(b []byte, contentType string) []byte {
+	if looksJSON(b) {
+		out, parsed := m.maskJSON(b)
+		if !parsed { // cut by the cap, or JSON followed by more: mask what is there
+			out = m.maskJSONPrefix(b)
+		}
+		return m.regex(out)
+	}
+	if strings.Contains(contentType, "application/x-www-form-urlencoded") {
+		return m.regex(m.maskForm(b))
+	}
+	return m.regex(b)
+}
+
+// contentEncodings returns the codings of a Content-Encoding value, in the
+// order they were applied, without "identity".
+func contentEncodings(v string) []string {
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e != "" && e != "identity" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// decodeBody decodes b of the content coding enc. A stream cut short
+// decodes to what it holds (with the error); nil is a body it cannot read.
+func decodeBody(enc string, b []byte) ([]byte, error) {
+	var rd io.Reader
+	var err error
+	switch enc {
+	case "gzip", "x-gzip":
+		rd, err = gzip.NewReader(bytes.NewReader(b))
+	case "deflate": // zlib, as HTTP says; raw deflate, as some servers send
+		if rd, err = zlib.NewReader(bytes.NewReader(b)); err != nil {
+			rd, err = flate.NewReader(bytes.NewReader(b)), nil
+		}
+	case "br":
+		rd = brotli.NewReader(bytes.NewReader(b))
+	default:
+		return nil, fmt.Errorf("coding %q is not one of gzip, deflate, br", enc)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out, err := io.ReadAll(io.LimitReader(rd, maxDecoded+1))
+	if err != nil && len(out) == 0 {
+		return nil, err
+	}
+	if out == nil {
+		out = []byte{}
+	}
+	return out, err
+}
+
+// encodeBody encodes b in the content coding enc (one decodeBody read).
+func encodeBody(enc string, b []byte) []byte {
+	var out bytes.Buffer
+	var w io.WriteCloser
+	switch enc {
+	case "gzip", "x-gzip":
+		w = gzip.NewWriter(&out)
+	case "deflate":
+		w = zlib.NewWriter(&out)
+	case "br":
+		w = brotli.NewWriter(&out)
+	default:
+		return b
+	}
+	_, _ = w.Write(b) // into memory: cannot fail
+	_ = w.Close()
+	return out.Bytes()
 }
 
 type httpHead struct {
@@ -404,7 +558,7 @@ func (m *Masker) maskStartLine(line []byte, h *httpHead) []byte {
 	// METHOD TARGET VERSION: mask form fields of the query string
 	sp1 := bytes.IndexByte(line, ' ')
 	q := bytes.IndexByte(line, '?')
-	if sp1 < 0 || q < sp1 || len(m.forms) == 0 {
+	if sp1 < 0 || q < sp1 || len(m.forms) == 0 && len(m.regexes) == 0 {
 		return line
 	}
 	end := bytes.IndexByte(line[q:], ' ')
@@ -435,17 +589,18 @@ func setContentLength(head []byte, n int64) []byte {
 }
 
 // dechunk decodes a chunked body; ok is false when it is incomplete or
-// malformed. Trailers are dropped.
+// malformed, and body is then what the chunks before the end hold (the
+// part of a chunk the cap cut included). Trailers are dropped.
 func dechunk(p []byte) (body, after []byte, ok bool) {
 	for {
 		nl := bytes.Index(p, []byte("\r\n"))
 		if nl < 0 {
-			return nil, nil, false
+			return body, nil, false
 		}
 		sizeStr, _, _ := bytes.Cut(p[:nl], []byte(";"))
 		size, err := strconv.ParseInt(strings.TrimSpace(string(sizeStr)), 16, 64)
 		if err != nil || size < 0 {
-			return nil, nil, false
+			return body, nil, false
 		}
 		p = p[nl+2:]
 		if size == 0 {
@@ -454,12 +609,12 @@ func dechunk(p []byte) (body, after []byte, ok bool) {
 				return body, p[2:], true
 			}
 			if end < 0 {
-				return nil, nil, false
+				return body, nil, false
 			}
 			return body, p[end+4:], true
 		}
 		if int64(len(p)) < size+2 {
-			return nil, nil, false
+			return append(body, p[:min(int64(len(p)), size)]...), nil, false
 		}
 		body = append(body, p[:size]...)
 		p = p[size+2:]
@@ -484,10 +639,12 @@ func looksHTTP(b []byte) bool {
 	return true
 }
 
-// maskForm masks fields of an a=b&c=d string, keeping everything else byte
-// for byte.
+// maskForm masks fields of an a=b&c=d string: a field a rule names gets
+// the replacement; any other value is URL-decoded for the regex rules (so
+// that %2B49… is seen as +49…) and encoded again when they changed it.
+// Everything else is kept byte for byte.
 func (m *Masker) maskForm(b []byte) []byte {
-	if len(m.forms) == 0 {
+	if len(m.forms) == 0 && len(m.regexes) == 0 {
 		return b
 	}
 	var out []byte
@@ -495,26 +652,36 @@ func (m *Masker) maskForm(b []byte) []byte {
 		if i > 0 {
 			out = append(out, '&')
 		}
-		k, _, hasV := bytes.Cut(part, []byte("="))
+		k, v, hasV := bytes.Cut(part, []byte("="))
 		name, err := url.QueryUnescape(string(k))
 		if repl, ok := m.forms[name]; ok && err == nil && hasV {
 			out = append(append(append(out, k...), '='), url.QueryEscape(repl)...)
 			continue
+		}
+		if hasV && len(m.regexes) > 0 {
+			if dv, err := url.QueryUnescape(string(v)); err == nil {
+				if mv := m.regex([]byte(dv)); string(mv) != dv {
+					out = append(append(append(out, k...), '='), url.QueryEscape(string(mv))...)
+					continue
+				}
+			}
 		}
 		out = append(out, part...)
 	}
 	return out
 }
 
-func (m *Masker) maskJSON(b []byte) []byte {
+// maskJSON masks a JSON document by the path rules; parsed is false when b
+// is not one whole document (cut by the cap, or followed by more).
+func (m *Masker) maskJSON(b []byte) (out []byte, parsed bool) {
 	if len(m.paths) == 0 {
-		return b
+		return b, true
 	}
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.UseNumber()
 	var v any
 	if d.Decode(&v) != nil || d.InputOffset() != int64(len(bytes.TrimRight(b, " \t\r\n"))) {
-		return b // not (only) JSON, or cut by the cap
+		return b, false
 	}
 	changed := false
 	for _, r := range m.paths {
@@ -523,15 +690,15 @@ func (m *Masker) maskJSON(b []byte) []byte {
 		changed = changed || c
 	}
 	if !changed {
-		return b
+		return b, true
 	}
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if enc.Encode(v) != nil {
-		return b
+		return b, true
 	}
-	return bytes.TrimRight(out.Bytes(), "\n")
+	return bytes.TrimRight(buf.Bytes(), "\n"), true
 }
 
 func applyPath(v any, segs []pathSeg, repl string) (any, bool) {
@@ -658,4 +825,173 @@ func (m *Masker) maskMySQL(p []byte) []byte {
 		out = append(out, m.regex(p)...)
 	}
 	return out
+}
+
+// maskJSONPrefix masks the values the path rules name in JSON that may be
+// cut short (a body over the payload cap): it follows the document token
+// by token, keeping every byte but the values it replaces, as far as the
+// bytes go. A value cut by the end is replaced whole.
+func (m *Masker) maskJSONPrefix(b []byte) []byte {
+	if len(m.paths) == 0 {
+		return b
+	}
+	type frame struct {
+		obj     bool
+		key     string
+		idx     int
+		wantKey bool
+	}
+	var stack []frame
+	steps := func() []jsonStep {
+		out := make([]jsonStep, len(stack))
+		for i, f := range stack {
+			out[i] = jsonStep{obj: f.obj, key: f.key, idx: f.idx}
+		}
+		return out
+	}
+	masked := func() (string, bool) {
+		st := steps()
+		for _, r := range m.paths {
+			if matchPath(r.segs, st) {
+				return r.repl, true
+			}
+		}
+		return "", false
+	}
+	out := make([]byte, 0, len(b))
+	replace := func(end int, repl string) int {
+		q, _ := json.Marshal(repl)
+		out = append(out, q...)
+		return end
+	}
+	for i := 0; i < len(b); {
+		c := b[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ':':
+			out = append(out, c)
+			i++
+		case c == ',':
+			if n := len(stack); n > 0 {
+				if stack[n-1].obj {
+					stack[n-1].wantKey = true
+				} else {
+					stack[n-1].idx++
+				}
+			}
+			out = append(out, c)
+			i++
+		case c == '}' || c == ']':
+			if len(stack) > 0 {
+				stack = stack[:len(stack)-1]
+			}
+			out = append(out, c)
+			i++
+		case c == '"' && len(stack) > 0 && stack[len(stack)-1].obj && stack[len(stack)-1].wantKey:
+			end := jsonStringEnd(b, i)
+			var key string
+			if json.Unmarshal(b[i:end], &key) != nil {
+				key = string(b[i+1 : end]) // cut: the key as far as it goes
+			}
+			stack[len(stack)-1].key, stack[len(stack)-1].wantKey = key, false
+			out = append(out, b[i:end]...)
+			i = end
+		case c == '{' || c == '[':
+			if repl, ok := masked(); ok {
+				i = replace(jsonValueEnd(b, i), repl)
+				continue
+			}
+			stack = append(stack, frame{obj: c == '{', wantKey: c == '{'})
+			out = append(out, c)
+			i++
+		default: // a string, number, true, false or null
+			end := jsonValueEnd(b, i)
+			if end == i {
+				end++ // a byte that is no JSON: kept, moved past
+			}
+			if repl, ok := masked(); ok {
+				i = replace(end, repl)
+				continue
+			}
+			out = append(out, b[i:end]...)
+			i = end
+		}
+	}
+	return out
+}
+
+// jsonStep is one step of the path to a value: a key of an object or an
+// index of an array.
+type jsonStep struct {
+	obj bool
+	key string
+	idx int
+}
+
+// matchPath reports whether a path rule names the value at steps.
+func matchPath(segs []pathSeg, steps []jsonStep) bool {
+	if len(segs) == 0 {
+		return len(steps) == 0
+	}
+	if len(steps) == 0 {
+		return false
+	}
+	seg, st := segs[0], steps[0]
+	switch seg.kind {
+	case segKey:
+		return st.obj && st.key == seg.name && matchPath(segs[1:], steps[1:])
+	case segAnyKey, segAnyIndex:
+		return matchPath(segs[1:], steps[1:])
+	case segIndex:
+		return !st.obj && st.idx == seg.index && matchPath(segs[1:], steps[1:])
+	case segDescend:
+		for k := range steps {
+			if steps[k].obj && steps[k].key == seg.name && matchPath(segs[1:], steps[k+1:]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// jsonStringEnd returns the index after the string starting at b[i] ('"'),
+// or len(b) when it is cut.
+func jsonStringEnd(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(b)
+}
+
+// jsonValueEnd returns the index after the value starting at b[i], or
+// len(b) when it is cut.
+func jsonValueEnd(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return jsonStringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				j = jsonStringEnd(b, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(b)
+	}
+	j := i
+	for j < len(b) && !strings.ContainsRune(",}] \t\r\n", rune(b[j])) {
+		j++
+	}
+	return j
 }

@@ -86,6 +86,7 @@ func TestPipelineWritesMasksAndCaps(t *testing.T) {
 	assert.Equal(t, Stats{Seen: 5, Sampled: 5, Recorded: 5, Masked: 5, Truncated: 5}, p.Stats())
 	assert.False(t, p.Submit(sampleSession("late")), "after Close sessions are dropped")
 	assert.EqualValues(t, 1, p.Stats().Dropped)
+	assert.EqualValues(t, 1, p.Stats().Abandoned)
 }
 
 func TestPipelineQueueFullDropsWithoutBlocking(t *testing.T) {
@@ -117,19 +118,23 @@ func TestPipelineQueueFullDropsWithoutBlocking(t *testing.T) {
 	assert.EqualValues(t, 10, st.Dropped)
 }
 
-func TestPipelineWriteErrorsAreCounted(t *testing.T) {
+func TestPipelineWriteErrorsAreRetried(t *testing.T) {
 	w := &memWriter{fail: errors.New("disk full")}
 	var log errLog
-	p, err := NewPipeline(PipelineConfig{Store: w, Sampler: all(t), ErrorLog: log.add})
+	p, err := NewPipeline(PipelineConfig{Store: w, Sampler: all(t), ErrorLog: log.add, RetryMin: time.Millisecond})
 	require.NoError(t, err)
 	p.Submit(sampleSession("a"))
-	require.NoError(t, p.Flush(context.Background()))
+	require.Eventually(t, func() bool { return p.Stats().WriteErrors >= 3 }, 10*time.Second, time.Millisecond)
+	assert.ErrorContains(t, p.Flush(context.Background()), "disk full", "Flush says the store fails")
+	w.mu.Lock()
+	w.fail = nil
+	w.mu.Unlock()
 	require.NoError(t, p.Close(context.Background()))
 	st := p.Stats()
-	assert.EqualValues(t, 1, st.WriteErrors)
-	assert.EqualValues(t, 1, st.Dropped)
-	assert.EqualValues(t, 0, st.Recorded)
-	require.Len(t, log.all(), 1)
+	assert.EqualValues(t, 0, st.Dropped)
+	assert.EqualValues(t, 1, st.Recorded, "written once the store works again")
+	assert.Zero(t, st.Buffered)
+	assert.Equal(t, []string{"a"}, w.ids())
 	assert.ErrorContains(t, log.all()[0], "disk full")
 }
 
@@ -181,6 +186,7 @@ func TestPipelineCloseGivesUp(t *testing.T) {
 	close(w.gate) // the blocked Write returns; the writer drops "b" and ends
 	<-p.done
 	assert.EqualValues(t, 1, p.Stats().Dropped)
+	assert.EqualValues(t, 1, p.Stats().Abandoned)
 	assert.EqualValues(t, 1, p.Stats().Recorded)
 }
 

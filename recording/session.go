@@ -26,9 +26,14 @@ const (
 // Session is one recorded inbound request and every downstream call it
 // caused.
 type Session struct {
-	V   int    `json:"v"`
-	ID  string `json:"id"`
-	App string `json:"app,omitempty"`
+	V  int    `json:"v"`
+	ID string `json:"id"` // unique per recorded request
+	// Trace is the W3C trace-id (32 lower-case hex digits) of the request's
+	// traceparent header, "" without one. Requests of one distributed trace
+	// share it; each is a session of its own with its own ID (schema v1,
+	// added field: readers that do not know it skip it).
+	Trace string `json:"trace,omitempty"`
+	App   string `json:"app,omitempty"`
 	// Background marks the application's start-up and background
 	// traffic: calls of no inbound request (pool warm-up, start-up pings,
 	// driver and ORM initialisation, health checks, background jobs),

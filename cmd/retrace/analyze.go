@@ -39,6 +39,10 @@ func (f percentFlag) String() string {
 }
 
 func (f percentFlag) Set(s string) error {
+	if s == "off" {
+		*f.v = -1
+		return nil
+	}
 	v, err := analyze.ParsePercent(s)
 	if err != nil {
 		return err
@@ -60,6 +64,9 @@ func runAnalyze(ctx context.Context, p *proc, args []string) error {
 	fs.Var(percentFlag{&th.MaxErrorRate}, "max-error-rate", "fail when the error rate (of the candidate) exceeds this (e.g. 1%), in total or for an API")
 	fs.DurationVar(&th.MaxP99, "max-p99", 0, "fail when the p99 (of the candidate) exceeds this, in total or for an API")
 	fs.Int64Var(&th.MinCount, "min-count", 20, "requests an API needs (in both runs) for its own thresholds to be checked")
+	th.MaxCountDecrease = 0.1
+	fs.Var(percentFlag{&th.MaxCountDecrease}, "max-count-decrease",
+		"fail when the candidate sent this much fewer requests than the baseline (off: not checked); a candidate with no requests, or missing an API of the baseline, always fails")
 	var base, cand []string
 	for {
 		if err := parseFlags(fs, args); err != nil {
@@ -88,12 +95,12 @@ func runAnalyze(ctx context.Context, p *proc, args []string) error {
 	}
 	baseRun, err := analyze.Load(ctx, base...)
 	if err != nil {
-		return err
+		return usageError("%v", err)
 	}
 	var candRun *analyze.Run
 	if comparing {
 		if candRun, err = analyze.Load(ctx, cand...); err != nil {
-			return err
+			return usageError("%v", err)
 		}
 	}
 	rep := analyze.NewReport(baseRun, candRun, th)

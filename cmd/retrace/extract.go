@@ -101,7 +101,7 @@ func runExtract(ctx context.Context, p *proc, args []string) error {
 	}
 	src, closeSrc, err := openSource(ctx, p, *from, *format, f)
 	if err != nil {
-		return err
+		return usageError("--from %s: %v", *from, err)
 	}
 	defer closeSrc()
 	var bad []extract.BadLine
@@ -134,7 +134,7 @@ func runExtract(ctx context.Context, p *proc, args []string) error {
 		return fmt.Errorf("writing %s: %w", *out, err)
 	}
 	if st.Read == 0 {
-		fmt.Fprintf(p.Stderr, "extract: warning: %s held no requests (wrong --format?)\n", *from)
+		return usageError("--from %s: no request read (%d bad lines; wrong --format?)", *from, st.Bad)
 	}
 	return nil
 }

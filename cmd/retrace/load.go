@@ -32,7 +32,10 @@ func runLoad(ctx context.Context, p *proc, args []string) error {
 	speed := fs.Float64("speed", 1, "original mode: play recorded gaps this many times faster")
 	rate := fs.Float64("rate", 0, "rate mode: requests per second, all shards together")
 	rampS := fs.String("ramp", "", "rate mode: FROM:TO requests per second, linearly over --duration")
-	duration := fs.Duration("duration", 0, "stop after this long (default: when the input ends)")
+	duration := fs.Duration("duration", 0, "stop after this long (default: when the input ends); in rate mode the input is sent again, in order, until then")
+	once := fs.Bool("once", false, "rate mode: stop at the end of the input even when --duration is longer")
+	maxErr := -1.0
+	fs.Var(percentFlag{&maxErr}, "max-error-rate", "exit 1 when the error rate of this shard exceeds this (e.g. 1%); a run whose every request failed always exits 1")
 	conc := fs.Int("concurrency", 0, "max mode: requests in flight (default 32); paced modes: bound on requests in flight (default 10000)")
 	shardS := fs.String("shard", "0/1", "run shard I of N: a deterministic, disjoint part of the input")
 	stagger := fs.Duration("stagger", 10*time.Millisecond, "shard I starts I×stagger/N later than shard 0")
@@ -71,9 +74,28 @@ func runLoad(ctx context.Context, p *proc, args []string) error {
 	if mode == load.ModeRate && *rate <= 0 && *rampS == "" {
 		return usageError("--mode rate needs --rate N or --ramp A:B")
 	}
-	if *speed <= 0 {
-		return usageError("--speed must be > 0")
+	switch {
+	case *speed <= 0:
+		return usageError("--speed %v: want > 0", *speed)
+	case *conc < 0:
+		return usageError("--concurrency %d: want at least 1 (or 0 for the mode's default)", *conc)
+	case *rate < 0:
+		return usageError("--rate %v: want > 0", *rate)
+	case *duration < 0:
+		return usageError("--duration %v: want > 0 (or 0: until the input ends)", *duration)
+	case *timeout <= 0:
+		return usageError("--timeout %v: want > 0", *timeout)
+	case *stagger < 0:
+		return usageError("--stagger %v: want 0 or more", *stagger)
+	case *failStatus < 100 || *failStatus > 999:
+		return usageError("--fail-status %d: want an HTTP status (100-999)", *failStatus)
 	}
+	switch *progress {
+	case "auto", "live", "log", "off":
+	default:
+		return usageError("--progress %q: want auto, live, log or off", *progress)
+	}
+	cfg.Once = *once
 
 	if p.Getenv("GOGC") == "" {
 		// The generator's live heap is small and its garbage per request
@@ -94,9 +116,31 @@ func runLoad(ctx context.Context, p *proc, args []string) error {
 
 	in, err := objstore.OpenFile(ctx, *input, p.Stdin)
 	if err != nil {
-		return err
+		return usageError("--input %s: %v", *input, err)
 	}
 	defer in.Close()
+	inName := *input
+	if inName == "-" {
+		inName = "stdin"
+	}
+	if *input != "-" {
+		// Passes after the first read the input again rather than keep
+		// it in memory (stdin cannot be read twice: it is kept).
+		var again []io.Closer
+		defer func() {
+			for _, c := range again {
+				c.Close()
+			}
+		}()
+		cfg.Rewind = func() (*load.Reader, error) {
+			f, err := objstore.OpenFile(ctx, *input, nil)
+			if err != nil {
+				return nil, err
+			}
+			again = append(again, f)
+			return load.NewReader(f, inName), nil
+		}
+	}
 	dir, err := objstore.OpenDir(ctx, *out)
 	if err != nil {
 		return err
@@ -125,10 +169,6 @@ func runLoad(ctx context.Context, p *proc, args []string) error {
 		cfg.Progress, cfg.ProgressEvery = pr.print, pr.every
 	}
 
-	inName := *input
-	if inName == "-" {
-		inName = "stdin"
-	}
 	res, runErr := load.Run(ctx, cfg, load.NewReader(in, inName))
 	closeErr := errors.Join(ts.Close(), errs.Close())
 	if res == nil {
@@ -148,11 +188,32 @@ func runLoad(ctx context.Context, p *proc, args []string) error {
 		fmt.Fprintf(p.Stderr, "load: %d requests were sent more than %v after their intended time (raise --concurrency or add shards); their latency counts from the intended time\n",
 			res.Late, load.LateAfter)
 	}
-	if errors.Is(runErr, context.Canceled) {
-		runErr = nil // interrupted: the results so far are written
-		fmt.Fprintln(p.Stderr, "load: interrupted; results cover the requests sent so far")
+	return loadVerdict(res, runErr, err, *input, maxErr)
+}
+
+// loadVerdict maps a finished load run to its exit status: written
+// results that say nothing (no valid input line, nothing sent), an
+// interrupted run and a crossed error rate are not a success.
+func loadVerdict(res *load.Results, runErr, writeErr error, input string, maxErr float64) error {
+	if res.Incomplete != "" && errors.Is(runErr, context.Canceled) {
+		return errors.Join(failed("interrupted after %d requests: results are marked incomplete and cover the requests sent so far", res.Sent), writeErr)
 	}
-	return errors.Join(runErr, err)
+	if err := errors.Join(runErr, writeErr); err != nil {
+		return err
+	}
+	t := res.Total
+	switch {
+	case res.Lines == 0:
+		return usageError("--input %s: no valid request line (%d lines did not decode); nothing was sent", input, res.BadLines)
+	case res.Sent == 0:
+		return failed("shard %s sent no request (the input has %d; the shard owns none of them, or the duration ended first)", res.Shard, res.Lines)
+	case t.Count > 0 && t.Errors == t.Count:
+		return failed("every request failed (%d of %d); see %s", t.Errors, t.Count, load.ErrorsFile)
+	case maxErr >= 0 && t.Count > 0 && float64(t.Errors)/float64(t.Count) > maxErr:
+		return failed("error rate %.2f%% exceeds --max-error-rate %.2f%% (%d of %d requests failed)",
+			100*float64(t.Errors)/float64(t.Count), 100*maxErr, t.Errors, t.Count)
+	}
+	return nil
 }
 
 // progressPrinter shows a run's progress: a line redrawn in place on a

@@ -13,6 +13,10 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	// every store for every command: recordings in Redis and buckets
+	_ "github.com/retrace-dev/retrace/recording/cloud"      // s3://, gs://, azblob://, mem://, blob+file://
+	_ "github.com/retrace-dev/retrace/recording/redisstore" // redis://, rediss://
 )
 
 // proc is the process state a command may touch, in one place so whole

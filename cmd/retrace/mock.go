@@ -14,6 +14,11 @@ import (
 	"github.com/retrace-dev/retrace/recording"
 )
 
+// mockTokenEnv names the environment variable that holds the mock admin
+// API's token, read by both sides: retrace mock (--admin-token) and retrace
+// replay (--mock-admin-token).
+const mockTokenEnv = "RETRACE_MOCK_ADMIN_TOKEN"
+
 func init() {
 	commands["mock"] = command{summary: "answer the downstream calls of replayed requests from recordings", run: runMock}
 }
@@ -98,7 +103,17 @@ func runMock(ctx context.Context, p *proc, args []string) error {
 	mapFile := fs.String("map-file", "", "file of NEW=RECORDED destination mappings, one a line (# comments)")
 	lazy := fs.Bool("lazy", false, "do not preload: fetch each recording from the store when a trace first names it")
 	readTimeout := fs.Duration("read-timeout", 10*time.Second, "longest time a frame may take to arrive once it started")
-	idleTimeout := fs.Duration("idle-timeout", 0, "close connections idle this long (0: never)")
+	idleTimeout := fs.Duration("idle-timeout", mockserver.DefaultIdleTimeout, "close connections idle this long (0: never)")
+	maxConns := fs.Int("max-conns", mockserver.DefaultMaxConns, "framed connections open at once; more are closed on accept (0: no bound)")
+	traceTTL := fs.Duration("trace-ttl", mockserver.DefaultTraceTTL, "drop a trace's state and alias once unused this long (0: keep until deleted)")
+	maxTraces := fs.Int("max-traces", mockserver.DefaultMaxTraces, "traces with state; beyond it the least recently used are dropped (0: no bound)")
+	maxAliases := fs.Int("max-aliases", mockserver.DefaultMaxAliases, "aliases registered at once; more are refused with 503 (0: no bound)")
+	adminToken := fs.String("admin-token", p.Getenv(mockTokenEnv), "token every admin request but GET /healthz must send as 'Authorization: Bearer TOKEN'; "+
+		"required when --admin is not a loopback address; default $"+mockTokenEnv)
+	adminRead := fs.Duration("admin-read-timeout", mockserver.DefaultAdminReadTimeout, "longest an admin request may take to arrive, headers and body")
+	adminWrite := fs.Duration("admin-write-timeout", mockserver.DefaultAdminWriteTimeout, "longest an admin answer may take to be written")
+	logEvery := fs.Duration("log-window", mockserver.DefaultLogWindow, "repeated log lines: each message at most --log-burst times per window, then a count (0: log every line)")
+	logBurst := fs.Int("log-burst", mockserver.DefaultLogBurst, "lines of one message logged per --log-window")
 	maxFrame := fs.Int("max-frame", 16<<20, "largest frame payload in bytes")
 	logLevel := fs.String("log", "info", "log level: error, info or debug")
 	causal := fs.Duration("causal-wait", mockserver.DefaultCausalWait,
@@ -145,8 +160,28 @@ func runMock(ctx context.Context, p *proc, args []string) error {
 	cfg := mockserver.Config{Listen: *listen, Admin: *admin, Strategies: chain, DstStrategies: perDst,
 		Passthrough: pass, Untraced: untraced, Map: dstMap, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout,
 		MaxFrame: *maxFrame, Logger: log, CausalWait: *causal}
-	if *causal <= 0 {
-		cfg.CausalWait = -1 // Config's zero means the default; the flag's zero means off
+	cfg.MaxConns, cfg.TraceTTL, cfg.MaxTraces, cfg.MaxAliases = *maxConns, *traceTTL, *maxTraces, *maxAliases
+	cfg.AdminToken, cfg.AdminReadTimeout, cfg.AdminWriteTimeout = *adminToken, *adminRead, *adminWrite
+	cfg.LogWindow, cfg.LogBurst = *logEvery, *logBurst
+	// Config's zero means the default; a flag's zero means off (or no
+	// bound), which Config spells negative.
+	for _, d := range []*time.Duration{&cfg.CausalWait, &cfg.IdleTimeout, &cfg.TraceTTL, &cfg.LogWindow} {
+		if *d <= 0 {
+			*d = -1
+		}
+	}
+	for _, n := range []*int{&cfg.MaxConns, &cfg.MaxTraces, &cfg.MaxAliases} {
+		if *n <= 0 {
+			*n = -1
+		}
+	}
+	switch {
+	case *adminRead <= 0 || *adminWrite <= 0:
+		return usageError("--admin-read-timeout and --admin-write-timeout must be > 0")
+	case *logBurst <= 0:
+		return usageError("--log-burst %d: want at least 1", *logBurst)
+	case *maxFrame <= 0:
+		return usageError("--max-frame %d: want at least 1", *maxFrame)
 	}
 	if *lazy {
 		cfg.Lookup = func(ctx context.Context, id string) (*recording.Session, error) {
@@ -187,6 +222,18 @@ func runMock(ctx context.Context, p *proc, args []string) error {
 	<-ctx.Done()
 	fmt.Fprintln(p.Stderr, "retrace mock: stopping")
 	return srv.Close()
+}
+
+// existingSource returns a usage error when src names a local path that
+// does not exist (a directory store would be created empty, and read as a
+// source with no session).
+func existingSource(src string) error {
+	if dir, ok := localDir(src); ok {
+		if _, err := os.Stat(dir); err != nil {
+			return usageError("recordings %q: %v", src, err)
+		}
+	}
+	return nil
 }
 
 // localDir returns the directory a --recordings value names, if it names one.

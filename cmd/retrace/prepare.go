@@ -29,6 +29,9 @@ func runPrepare(ctx context.Context, p *proc, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if *showBad < 0 {
+		return usageError("--show-bad %d: want 0 or more", *showBad)
+	}
 	if fs.NArg() > 0 {
 		return usageError("unexpected argument %q", fs.Arg(0))
 	}
@@ -61,7 +64,7 @@ func runPrepare(ctx context.Context, p *proc, args []string) error {
 	}
 	r, err := objstore.OpenFile(ctx, *in, p.Stdin)
 	if err != nil {
-		return err
+		return usageError("--in %s: %v", *in, err)
 	}
 	defer r.Close()
 	w, err := objstore.CreateFile(ctx, *out, p.Stdout)
@@ -84,5 +87,8 @@ func runPrepare(ctx context.Context, p *proc, args []string) error {
 	}
 	fmt.Fprintf(p.Stderr, "prepare: %d requests read, %d written, %d dropped by the template, %d failed, %d bad lines\n",
 		st.Read, st.Written, st.Dropped, st.Failed, st.Bad)
+	if err == nil && st.Read == 0 {
+		return usageError("--in %s: no valid request line (%d bad lines)", inName, st.Bad)
+	}
 	return err
 }

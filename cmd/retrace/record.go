@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/retrace-dev/retrace/recording"
@@ -16,10 +17,11 @@ func init() {
 }
 
 func runRecordings(ctx context.Context, p *proc, args []string) error {
-	fs := newFlagSet(p, "recordings", "[--list | --id ID | --copy DST] [--json] SRC",
+	fs := newFlagSet(p, "recordings", "[--list | --id ID | --trace ID | --copy DST] [--json] SRC",
 		"retrace recordings --copy redis://127.0.0.1:6379/0 ./retrace-recordings")
 	list := fs.Bool("list", false, "one line per session: time, id, request line, status line, calls, duration")
 	id := fs.String("id", "", "print the session with this id as indented JSON")
+	traceID := fs.String("trace", "", "list every session of the distributed trace `ID` (the W3C trace-id of their traceparent), like --list")
 	copyTo := fs.String("copy", "", "copy every session into the store `DST` (a directory, file://, redis://, s3://, …)")
 	asJSON := fs.Bool("json", false, "print the summary as JSON")
 	gz := fs.Bool("gzip", false, "with --copy into a directory or bucket: write .jsonl.gz files")
@@ -30,18 +32,21 @@ func runRecordings(ctx context.Context, p *proc, args []string) error {
 		return usageError("want one recordings source (SRC), got %d arguments", fs.NArg())
 	}
 	modes := 0
-	for _, on := range []bool{*list, *id != "", *copyTo != ""} {
+	for _, on := range []bool{*list, *id != "", *traceID != "", *copyTo != ""} {
 		if on {
 			modes++
 		}
 	}
 	if modes > 1 {
-		return usageError("--list, --id and --copy exclude each other")
+		return usageError("--list, --id, --trace and --copy exclude each other")
+	}
+	if err := existingSource(fs.Arg(0)); err != nil {
+		return err
 	}
 	var skipped []error
 	src, err := recording.Open(ctx, fs.Arg(0), recording.WithErrorHandler(func(err error) { skipped = append(skipped, err) }))
 	if err != nil {
-		return err
+		return usageError("%s: %v", fs.Arg(0), err)
 	}
 	defer src.Close()
 	defer func() {
@@ -61,12 +66,22 @@ func runRecordings(ctx context.Context, p *proc, args []string) error {
 		}
 		fmt.Fprintln(p.Stdout, string(b))
 		return nil
-	case *list:
-		return src.Scan(ctx, func(s *recording.Session) error {
+	case *list, *traceID != "":
+		want := strings.ToLower(strings.TrimSpace(*traceID))
+		n := 0
+		err := src.Scan(ctx, func(s *recording.Session) error {
+			if want != "" && s.Trace != want {
+				return nil
+			}
+			n++
 			fmt.Fprintf(p.Stdout, "%s  %s  %-40s  %-24s  %2d calls  %s\n", s.At.UTC().Format(time.RFC3339Nano), s.ID,
 				s.RequestLine(), s.StatusLine(), len(s.Calls), time.Duration(s.Inbound.DurNs))
 			return nil
 		})
+		if err == nil && want != "" && n == 0 {
+			return fmt.Errorf("%s: no session of trace %q", fs.Arg(0), want)
+		}
+		return err
 	case *copyTo != "":
 		dst, err := recording.Open(ctx, *copyTo, recording.WithGzip(*gz))
 		if err != nil {

@@ -66,6 +66,7 @@ func runReplay(ctx context.Context, p *proc, args []string) error {
 	recordings := fs.String("recordings", "", "recordings: a directory, file://DIR, redis://HOST:PORT/N or an object-storage URL (required)")
 	target := fs.String("target", "", "base URL of the build under test, e.g. http://127.0.0.1:8080 (required)")
 	mockAdmin := fs.String("mock-admin", "", "admin API URL of the mock server answering the target's downstream calls; empty: no downstream diff")
+	mockToken := fs.String("mock-admin-token", p.Getenv(mockTokenEnv), "token the mock admin API wants (the mock's --admin-token); default $"+mockTokenEnv)
 	concurrency := fs.Int("concurrency", regress.DefaultConcurrency, "sessions in flight at once (and connections per target)")
 	reportDir := fs.String("report", "retrace-report", "directory for summary.json, junit.xml, report.html, sessions.jsonl")
 	var apis, ids replayList
@@ -133,7 +134,7 @@ func runReplay(ctx context.Context, p *proc, args []string) error {
 	cfg := regress.Config{
 		Source: src,
 		Select: regress.Selection{APIs: apis, Since: since.t, Until: until.t, Limit: *limit, Sample: *sample, Seed: *seed},
-		Target: *target, MockAdmin: *mockAdmin, Baseline: *baseline, BaselineMockAdmin: *baselineAdmin,
+		Target: *target, MockAdmin: *mockAdmin, MockAdminToken: *mockToken, Baseline: *baseline, BaselineMockAdmin: *baselineAdmin,
 		Concurrency: *concurrency, Repeat: *repeat, Rules: rules, Timeout: *timeout, Logf: warn,
 		NoModeCheck: *noModeCheck,
 	}
@@ -194,8 +195,19 @@ func runReplay(ctx context.Context, p *proc, args []string) error {
 	if bar != nil {
 		bar.Done(rep.Counts())
 	}
+	if runErr != nil {
+		why := runErr.Error()
+		if ctx.Err() != nil {
+			why = "interrupted"
+		}
+		rep.Incomplete(why)
+	}
 	sum, err := rep.Close()
 	if runErr != nil {
+		if ctx.Err() != nil {
+			report.WriteText(p.Stdout, sum)
+			return failed("interrupted after %d sessions; %s says \"complete\": false", sum.Sessions, filepath.Join(*reportDir, report.SummaryFile))
+		}
 		return replayErr(runErr)
 	}
 	if err != nil {

@@ -235,12 +235,15 @@ func (d *demo) record(ctx context.Context) error {
 	if err := svc.Stop(); err != nil {
 		return fmt.Errorf("stopping the recording service: %w", err)
 	}
-	n, example, err := countSessions(ctx, d.res.Recordings)
+	n, bg, example, err := countSessions(ctx, d.res.Recordings)
 	if err != nil {
 		return err
 	}
 	d.res.Recorded = n
 	d.say("recorded %d sessions (JSONL, one per line) in %s", n, d.res.Recordings)
+	if bg > 0 {
+		d.say("and %d calls of no request (start-up and background traffic), for the mock server", bg)
+	}
 	if example != nil {
 		d.say("e.g. session %s: %s with %s", example.ID, firstLine(example.Inbound.Request), callSummary(example))
 	}
@@ -373,22 +376,24 @@ func (d *demo) text(s *report.Summary) {
 	}
 }
 
-func countSessions(ctx context.Context, dir string) (int, *recording.Session, error) {
+func countSessions(ctx context.Context, dir string) (n, background int, example *recording.Session, err error) {
 	store, err := recording.Open(ctx, dir)
 	if err != nil {
-		return 0, nil, err
+		return 0, 0, nil, err
 	}
 	defer store.Close()
-	n := 0
-	var example *recording.Session
 	err = store.Scan(ctx, func(s *recording.Session) error {
+		if s.Background {
+			background += len(s.Calls)
+			return nil
+		}
 		n++
 		if example == nil && strings.HasPrefix(string(s.Inbound.Request), "POST /orders ") {
 			example = s
 		}
 		return nil
 	})
-	return n, example, err
+	return n, background, example, err
 }
 
 func firstLine(b []byte) string {

@@ -280,7 +280,10 @@ func TestRecordAndReplayThroughAgent(t *testing.T) {
 	for i := range tids {
 		tids[i] = trace.NewID()
 	}
-	tid := func(i int) string { return tids[i] }
+	// a request's session has an id of its own; the traceparent the
+	// driver sent is its Trace (filled in once the recording is read)
+	sessionOf := map[string]string{}
+	tid := func(i int) string { return sessionOf[tids[i]] }
 
 	dir := t.TempDir()
 	store, err := recording.Open(ctx, dir)
@@ -332,7 +335,15 @@ func TestRecordAndReplayThroughAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := srv.Load(ctx, rd.Scan)
+	sutAddr := sutLn.Addr().String()
+	n, err := srv.Load(ctx, func(ctx context.Context, fn func(*recording.Session) error) error {
+		return rd.Scan(ctx, func(s *recording.Session) error {
+			if s.Trace != "" && s.Inbound.Local == sutAddr {
+				sessionOf[s.Trace] = s.ID
+			}
+			return fn(s)
+		})
+	})
 	rd.Close()
 	// The HTTP downstream runs in this process too: its requests are
 	// sessions of their own (not needed here; the replay below checks that

@@ -5,9 +5,10 @@
 //
 // How bytes become calls:
 //
-//   - A session starts when the agent has read a request head; its id is the
-//     W3C traceparent trace id when the request has one (and no session of
-//     that id is in progress), else a fresh trace.NewID(). It ends when the
+//   - A session starts when the agent has read a request head; its id is a
+//     fresh trace.NewID(), unique per request; the W3C traceparent trace id,
+//     when the request has one, is kept in Session.Trace (the requests of
+//     one distributed trace are sessions of their own, never one id). It ends when the
 //     response is complete by HTTP framing (Content-Length, chunked, no
 //     body for HEAD/1xx/204/304; a response delimited by the connection's
 //     close ends with the close). Requests a client pipelines on one

@@ -6,7 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync/atomic"
+	"strconv"
+	"strings"
 
 	"github.com/retrace-dev/retrace/hook"
 	"github.com/retrace-dev/retrace/recording"
@@ -18,6 +19,7 @@ const (
 	EnvRecord = "RETRACE_RECORD" // store URL (recording.Open); default DefaultRecord
 	EnvSample = "RETRACE_SAMPLE" // fraction recorded, 0..1 or N%; default 1
 	EnvMask   = "RETRACE_MASK"   // masking-rules file (recording.Masker); default none
+	EnvBuffer = "RETRACE_BUFFER" // bytes of sessions kept while the store is slow or down; default 32MiB
 )
 
 // DefaultRecord is where record mode writes when RETRACE_RECORD is unset.
@@ -61,19 +63,21 @@ func FromEnv(getenv func(string) string, logger *slog.Logger) (hook.Recorder, fu
 		return nil, nil, fmt.Errorf("%s: %w", EnvRecord, err)
 	}
 	if ds, ok := store.(*recording.DirStore); ok {
-		if err := os.MkdirAll(ds.Dir(), 0o755); err != nil {
+		if err := ds.MkdirAll(); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", EnvRecord, err)
 		}
 	}
-	var writeErrs atomic.Int64
+	buffer := int64(recording.DefaultBufferBytes)
+	if v := getenv(EnvBuffer); v != "" {
+		if buffer, err = ParseBytes(v); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", EnvBuffer, err)
+		}
+	}
 	pipe, err := recording.NewPipeline(recording.PipelineConfig{
-		Store: store, Sampler: sampler, Mask: mask, Decode: Decode,
-		ErrorLog: func(err error) {
-			// the first write error, then one in a thousand
-			if n := writeErrs.Add(1); n == 1 || n%1000 == 0 {
-				logger.Error("retrace: writing sessions failed", "store", dest, "errors", n, "err", err)
-			}
-		},
+		Store: store, Sampler: sampler, Mask: mask, Decode: Decode, BufferBytes: buffer,
+		// drops and store failures at level error, the agent's default:
+		// the first at once, then a count every ReportInterval
+		Logger: logger.With("store", dest),
 	})
 	if err != nil {
 		return nil, nil, err
@@ -85,4 +89,22 @@ func FromEnv(getenv func(string) string, logger *slog.Logger) (hook.Recorder, fu
 	}
 	logger.Info("retrace: recording", "app", app, "store", dest, "sample", getenv(EnvSample), "mask", getenv(EnvMask))
 	return rec, rec.Close, nil
+}
+
+// ParseBytes reads a size: a number of bytes, optionally with a unit (KB,
+// MB, GB: powers of 1000; KiB, MiB, GiB: of 1024; B). It must be positive.
+func ParseBytes(v string) (int64, error) {
+	s := strings.TrimSpace(v)
+	i := len(s)
+	for i > 0 && (s[i-1] < '0' || s[i-1] > '9') {
+		i--
+	}
+	num, unit := s[:i], strings.ToLower(strings.TrimSpace(s[i:]))
+	mult := map[string]int64{"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30,
+		"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}[unit]
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || mult == 0 || n <= 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a size in bytes (like 33554432, 64MB or 32MiB)", v)
+	}
+	return n * mult, nil
 }

@@ -234,9 +234,10 @@ func TestRecordModeFromEnvironment(t *testing.T) {
 		return nil
 	}))
 	require.Len(t, got, 5, "every request recorded and flushed at patches.Stop")
-	ids := map[string]bool{}
+	ids, traces := map[string]bool{}, map[string]int{}
 	for _, s := range got {
 		ids[s.ID] = true
+		traces[s.Trace]++
 		assert.Equal(t, "child", s.App)
 		assert.Contains(t, string(s.Inbound.Request), "Authorization: ***\r\n")
 		assert.NotContains(t, string(s.Inbound.Request)+string(s.Inbound.Response), "secret-token")
@@ -249,7 +250,8 @@ func TestRecordModeFromEnvironment(t *testing.T) {
 		}
 		assert.Equal(t, 1, redisCalls, "session %s: %+v", s.ID, s.Calls)
 	}
-	assert.True(t, ids["4bf92f3577b34da6a3ce929d0e0e4736"], "the traceparent's trace id names its session")
+	assert.Len(t, ids, 5, "an id per request")
+	assert.Equal(t, map[string]int{"4bf92f3577b34da6a3ce929d0e0e4736": 1, "": 4}, traces, "the traceparent's trace id is the session's Trace")
 }
 
 func TestFromEnvErrors(t *testing.T) {
@@ -269,6 +271,9 @@ func TestFromEnvErrors(t *testing.T) {
 		{"bad mask rule", map[string]string{capture.EnvMask: badRules}, "bad-rules:2: unknown rule \"redact\""},
 		{"record into a file", map[string]string{capture.EnvRecord: filepath.Join(file, "sub")}, "RETRACE_RECORD"},
 		{"unknown scheme", map[string]string{capture.EnvRecord: "ftp://x"}, "RETRACE_RECORD"},
+		{"redis store not linked", map[string]string{capture.EnvRecord: "redis://127.0.0.1:6379/0"}, `add import _ "github.com/retrace-dev/retrace/recording/redisstore"`},
+		{"bad buffer", map[string]string{capture.EnvBuffer: "lots"}, "RETRACE_BUFFER"},
+		{"zero buffer", map[string]string{capture.EnvBuffer: "0"}, "RETRACE_BUFFER"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -297,4 +302,16 @@ func TestFromEnvErrors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, stop(ctx))
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"33554432": 32 << 20, "64MB": 64e6, "32MiB": 32 << 20, " 1 gib ": 1 << 30, "512k": 512 << 10, "10B": 10} {
+		got, err := capture.ParseBytes(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, bad := range []string{"", "MB", "-1", "1.5MB", "3 parsecs", "99999999999999999999"} {
+		_, err := capture.ParseBytes(bad)
+		assert.Error(t, err, bad)
+	}
 }

@@ -229,7 +229,9 @@ func TestSetupKeptWithFirstSession(t *testing.T) {
 	assert.False(t, sb.Calls[0].Setup)
 }
 
-func TestTraceParentNamesTheSession(t *testing.T) {
+// Requests of one distributed trace (one traceparent) are sessions of
+// their own, each with a fresh id, all carrying the trace id.
+func TestTraceParentIsAFieldNotTheID(t *testing.T) {
 	r, out := newTestRecorder(t, 1, -1)
 	const tp = "4bf92f3577b34da6a3ce929d0e0e4736"
 	var inner string
@@ -238,12 +240,17 @@ func TestTraceParentNamesTheSession(t *testing.T) {
 		c2 := &hook.ConnInfo{ID: 9, Inbound: true}
 		inner = request(t, r, c2, trace.RequestHead{TraceParent: tp}, func(string) {})
 	})
+	third := request(t, r, inConn, trace.RequestHead{TraceParent: tp}, func(string) {})
 	settle(t, r)
-	assert.Equal(t, tp, outer)
-	assert.NotEqual(t, tp, inner)
-	assert.True(t, trace.ValidID(inner))
-	assert.NotNil(t, out.byID(tp))
-	assert.NotNil(t, out.byID(inner))
+	ids := map[string]bool{outer: true, inner: true, third: true}
+	assert.Len(t, ids, 3, "one id per request")
+	for id := range ids {
+		assert.NotEqual(t, tp, id)
+		assert.True(t, trace.ValidID(id))
+		s := out.byID(id)
+		require.NotNil(t, s, id)
+		assert.Equal(t, tp, s.Trace)
+	}
 }
 
 func TestResponseEndsWithTheConnection(t *testing.T) {
@@ -623,9 +630,7 @@ func TestHotFieldsInOneLine(t *testing.T) {
 }
 
 // Two requests of one distributed trace, one after the other on the same
-// connections: each session gets its own call, though the second's id is
-// that of the first, which its outbound connection still remembers
-// (outConn.sess) after it ended.
+// connections: each session gets its own call and its own id.
 func TestTraceIDReusedAfterItsSessionEnded(t *testing.T) {
 	r, out := newTestRecorder(t, 1, -1)
 	const tp = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -636,7 +641,7 @@ func TestTraceIDReusedAfterItsSessionEnded(t *testing.T) {
 			r.OutboundWrite(rdConn, tid, []byte(cmd(i)))
 			r.OutboundRead(rdConn, []byte(rep(i)))
 		})
-		require.Equal(t, tp, tid)
+		require.NotEqual(t, tp, tid)
 	}
 	settle(t, r)
 	out.mu.Lock()
@@ -644,7 +649,7 @@ func TestTraceIDReusedAfterItsSessionEnded(t *testing.T) {
 	out.mu.Unlock()
 	require.Len(t, ss, 2)
 	for i, s := range ss {
-		assert.Equal(t, tp, s.ID)
+		assert.Equal(t, tp, s.Trace)
 		assert.Equal(t, getReq, string(s.Inbound.Request))
 		assert.Equal(t, okResp, string(s.Inbound.Response))
 		assert.Equal(t, []string{fmt.Sprintf("redis %q → %q", cmd(i), rep(i))}, reqs(s), "session %d", i)

@@ -27,17 +27,20 @@ import (
 // Run is the merged results of one load test: every shard found under the
 // directories it was loaded from.
 type Run struct {
-	Name     string   // the directories, joined by ", "
-	Shards   []string // results files merged, "DIR/shard-0-of-2/results.json"
-	Missing  []string // shards "I/N" absent from a sharded run
-	Started  time.Time
-	Ended    time.Time
-	Sent     int64
-	Late     int64
-	BadLines int64
-	Total    *Merged
-	APIs     map[string]*Merged
-	Seconds  []Second // sorted by T
+	Name    string   // the directories, joined by ", "
+	Shards  []string // results files merged, "DIR/shard-0-of-2/results.json"
+	Missing []string // shards "I/N" absent from a sharded run
+	// Incomplete lists the shards ("I/N") whose run was cut short
+	// (load.Results.Incomplete).
+	Incomplete []string
+	Started    time.Time
+	Ended      time.Time
+	Sent       int64
+	Late       int64
+	BadLines   int64
+	Total      *Merged
+	APIs       map[string]*Merged
+	Seconds    []Second // sorted by T
 }
 
 // Merged is the exact merge of one API's (or all) shard histograms.
@@ -180,6 +183,9 @@ func (run *Run) addResults(res *load.Results, src string) error {
 	run.Sent += res.Sent
 	run.Late += res.Late
 	run.BadLines += res.BadLines
+	if res.Incomplete != "" {
+		run.Incomplete = append(run.Incomplete, res.Shard)
+	}
 	if err := run.Total.add(res.Total, src); err != nil {
 		return err
 	}
@@ -257,16 +263,18 @@ type Entry struct {
 
 // Summary is what analyze prints for one run.
 type Summary struct {
-	Run       string   `json:"run"`
-	Shards    int      `json:"shards"`
-	Missing   []string `json:"missing_shards,omitempty"`
-	Started   string   `json:"started"`
-	DurationS float64  `json:"duration_s"`
-	Sent      int64    `json:"sent"`
-	Late      int64    `json:"late"`
-	BadLines  int64    `json:"bad_lines"`
-	Total     Entry    `json:"total"`
-	APIs      []Entry  `json:"apis"` // by count, descending
+	Run     string   `json:"run"`
+	Shards  int      `json:"shards"`
+	Missing []string `json:"missing_shards,omitempty"`
+	// Incomplete lists shards whose run was interrupted.
+	Incomplete []string `json:"incomplete_shards,omitempty"`
+	Started    string   `json:"started"`
+	DurationS  float64  `json:"duration_s"`
+	Sent       int64    `json:"sent"`
+	Late       int64    `json:"late"`
+	BadLines   int64    `json:"bad_lines"`
+	Total      Entry    `json:"total"`
+	APIs       []Entry  `json:"apis"` // by count, descending
 }
 
 func entry(api string, m *Merged, secs float64) Entry {
@@ -289,7 +297,7 @@ func entry(api string, m *Merged, secs float64) Entry {
 // Summarize computes the summary of run.
 func Summarize(run *Run) *Summary {
 	secs := run.Duration().Seconds()
-	s := &Summary{Run: run.Name, Shards: len(run.Shards), Missing: run.Missing, Started: run.Started.UTC().Format(time.RFC3339),
+	s := &Summary{Run: run.Name, Shards: len(run.Shards), Missing: run.Missing, Incomplete: run.Incomplete, Started: run.Started.UTC().Format(time.RFC3339),
 		DurationS: secs, Sent: run.Sent, Late: run.Late, BadLines: run.BadLines, Total: entry("total", run.Total, secs),
 		APIs: []Entry{}}
 	for name, m := range run.APIs {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -266,5 +267,98 @@ func TestParsePercent(t *testing.T) {
 		if _, err := ParsePercent(in); err == nil {
 			t.Errorf("ParsePercent(%q) accepted", in)
 		}
+	}
+}
+
+// A gate never passes on nothing: a candidate without requests, one that
+// lost an API of the baseline, one that sent far fewer requests, and runs
+// cut short fail it whatever the thresholds.
+func TestGateFailsOnEmptyOrPartialCandidates(t *testing.T) {
+	durs, apis := latencies(5000)
+	start := time.Unix(1700000000, 0)
+	runOf := func(t *testing.T, keep func(i int, api string) bool, incomplete bool) *Run {
+		t.Helper()
+		var d []time.Duration
+		var a []string
+		for i := range durs {
+			if keep(i, apis[i]) {
+				d, a = append(d, durs[i]), append(a, apis[i])
+			}
+		}
+		dir := t.TempDir()
+		writeShard(t, dir, load.Shard{}, d, a, start)
+		if incomplete {
+			p := filepath.Join(dir, load.Shard{}.Name(), load.ResultsFile)
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := load.ReadResults(bytes.NewReader(b), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Incomplete = "interrupted"
+			var out bytes.Buffer
+			if err := load.WriteResults(&out, res); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, out.Bytes(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		run, err := Load(context.Background(), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return run
+	}
+	all := func(int, string) bool { return true }
+	base := runOf(t, all, false)
+	th := NoThresholds()
+	th.MaxCountDecrease = 0.1
+	metrics := func(vs []Violation) []string {
+		var out []string
+		for _, v := range vs {
+			out = append(out, v.API+" "+v.Metric)
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		cand *Run
+		th   func(*Thresholds)
+		want []string
+	}{
+		{"same run", base, nil, nil},
+		{"no requests", runOf(t, func(int, string) bool { return false }, false), nil,
+			[]string{"total no_requests", "total count_decrease", "GET /a missing_api", "POST /b missing_api", "GET /c/{id} missing_api"}},
+		{"an API lost", runOf(t, func(_ int, api string) bool { return api != "POST /b" }, false), func(th *Thresholds) { th.MaxCountDecrease = -1 },
+			[]string{"POST /b missing_api"}},
+		{"20% fewer requests", runOf(t, func(i int, _ string) bool { return i < 4000 }, false), nil, []string{"total count_decrease"}},
+		{"20% fewer, 30% allowed", runOf(t, func(i int, _ string) bool { return i < 4000 }, false), func(th *Thresholds) { th.MaxCountDecrease = 0.3 }, nil},
+		{"interrupted", runOf(t, all, true), nil, []string{"total incomplete"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			th := th
+			if c.th != nil {
+				c.th(&th)
+			}
+			r := NewReport(base, c.cand, th)
+			got := metrics(r.Violations)
+			slices.Sort(got)
+			slices.Sort(c.want)
+			if !slices.Equal(got, c.want) {
+				t.Fatalf("violations %v, want %v", got, c.want)
+			}
+			for _, v := range r.Violations {
+				if v.String() == "" {
+					t.Errorf("violation %+v says nothing", v)
+				}
+			}
+		})
+	}
+	if r := NewReport(runOf(t, func(int, string) bool { return false }, false), nil, NoThresholds()); len(r.Violations) != 1 || r.Violations[0].Metric != "no_requests" {
+		t.Errorf("a single empty run: violations %v, want no_requests", r.Violations)
 	}
 }

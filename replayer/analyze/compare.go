@@ -23,11 +23,17 @@ type Thresholds struct {
 	// limits to be checked (the total is always checked): a p99 of 3
 	// requests says nothing. Zero means 20.
 	MinCount int64
+	// MaxCountDecrease bounds how many fewer requests the candidate may
+	// have sent than the baseline (0.1 = 10% fewer). Compare mode; negative
+	// is not checked.
+	MaxCountDecrease float64
 }
 
-// NoThresholds checks nothing.
+// NoThresholds checks nothing but what is always checked: a run (or
+// candidate) with no requests, a candidate missing an API of the baseline,
+// and runs cut short.
 func NoThresholds() Thresholds {
-	return Thresholds{MaxP50Increase: -1, MaxP99Increase: -1, MaxErrorRate: -1}
+	return Thresholds{MaxP50Increase: -1, MaxP99Increase: -1, MaxErrorRate: -1, MaxCountDecrease: -1}
 }
 
 // ParsePercent parses "10%" (→ 0.1) or a plain fraction ("0.1").
@@ -46,14 +52,28 @@ func ParsePercent(s string) (float64, error) {
 
 // Violation is a crossed threshold.
 type Violation struct {
-	API    string  `json:"api"`
-	Metric string  `json:"metric"` // "p50_increase", "p99_increase", "error_rate", "p99_ms"
+	API string `json:"api"`
+	// Metric is "p50_increase", "p99_increase", "error_rate", "p99_ms",
+	// "count_decrease" (Value and Limit fractions), or one of the checks
+	// that need no threshold: "no_requests" (the run has none),
+	// "missing_api" (Value is the baseline's count of an API the
+	// candidate never sent), "incomplete" (Value is the number of shards
+	// interrupted or missing).
+	Metric string  `json:"metric"`
 	Value  float64 `json:"value"`
 	Limit  float64 `json:"limit"`
 }
 
 func (v Violation) String() string {
 	switch v.Metric {
+	case "no_requests":
+		return fmt.Sprintf("%s: no request was sent", v.API)
+	case "missing_api":
+		return fmt.Sprintf("%s: the candidate sent none (baseline: %.0f)", v.API, v.Value)
+	case "incomplete":
+		return fmt.Sprintf("%s: %.0f shard(s) interrupted or missing", v.API, v.Value)
+	case "count_decrease":
+		return fmt.Sprintf("%s: %.1f%% fewer requests than the baseline, more than %.1f%%", v.API, v.Value*100, v.Limit*100)
 	case "p99_ms":
 		return fmt.Sprintf("%s: p99 %.1fms exceeds %.1fms", v.API, v.Value, v.Limit)
 	case "error_rate":
@@ -149,6 +169,12 @@ func Check(run *Summary, cmp *Comparison, th Thresholds) []Violation {
 			out = append(out, Violation{d.API, "p99_increase", d.P99Change, th.MaxP99Increase})
 		}
 	}
+	if run.Total.Count == 0 && run.Sent == 0 {
+		out = append(out, Violation{"total", "no_requests", 0, 0})
+	}
+	if n := len(run.Missing) + len(run.Incomplete); n > 0 {
+		out = append(out, Violation{"total", "incomplete", float64(n), 0})
+	}
 	absolute(&run.Total)
 	for i := range run.APIs {
 		if run.APIs[i].Count >= minCount {
@@ -156,6 +182,19 @@ func Check(run *Summary, cmp *Comparison, th Thresholds) []Violation {
 		}
 	}
 	if cmp != nil {
+		if b := cmp.Total.Baseline; b != nil && b.Count == 0 {
+			out = append(out, Violation{"baseline", "no_requests", 0, 0})
+		}
+		if b, c := cmp.Total.Baseline, cmp.Total.Candidate; th.MaxCountDecrease >= 0 && b != nil && c != nil && b.Count > 0 {
+			if dec := 1 - float64(c.Count)/float64(b.Count); dec > th.MaxCountDecrease {
+				out = append(out, Violation{"total", "count_decrease", dec, th.MaxCountDecrease})
+			}
+		}
+		for i := range cmp.APIs {
+			if d := &cmp.APIs[i]; d.Baseline != nil && d.Baseline.Count > 0 && (d.Candidate == nil || d.Candidate.Count == 0) {
+				out = append(out, Violation{d.API, "missing_api", float64(d.Baseline.Count), 0})
+			}
+		}
 		relative(&cmp.Total)
 		for i := range cmp.APIs {
 			d := &cmp.APIs[i]

@@ -110,6 +110,9 @@ func writeRunHeader(b *strings.Builder, label string, s *Summary) {
 	if len(s.Missing) > 0 {
 		fmt.Fprintf(b, "  warning: shards missing: %s\n", strings.Join(s.Missing, ", "))
 	}
+	if len(s.Incomplete) > 0 {
+		fmt.Fprintf(b, "  warning: shards interrupted (results cover part of their input): %s\n", strings.Join(s.Incomplete, ", "))
+	}
 }
 
 func pair(d *Delta, f func(*Entry) string) string {

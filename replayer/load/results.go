@@ -64,9 +64,16 @@ type Results struct {
 	// Late counts requests sent more than LateAfter after their intended
 	// time: the generator (or Concurrency) could not keep the pace. Their
 	// latency still counts from the intended time.
-	Late  int64   `json:"late"`
-	Total Stats   `json:"total"`
-	APIs  []Stats `json:"apis"`
+	Late int64 `json:"late"`
+	// Incomplete, when not empty, says why the run stopped before its
+	// input or duration ended ("interrupted"): the results cover part of
+	// the run. Empty (absent) for a complete run.
+	Incomplete string `json:"incomplete,omitempty"`
+	// Passes counts the times the input was started over (rate and ramp
+	// modes repeat it to fill the duration); 0 or 1 for one pass.
+	Passes int     `json:"passes,omitempty"`
+	Total  Stats   `json:"total"`
+	APIs   []Stats `json:"apis"`
 }
 
 // LateAfter is how far behind its intended time a send counts as late.

@@ -24,8 +24,17 @@ type Config struct {
 	Ramp Ramp
 	// Duration stops the run: no request is sent whose intended time is
 	// later (in ModeMax: after it has elapsed). Zero means until the input
-	// ends.
+	// ends. In ModeRate (fixed or ramp) an input that ends before Duration
+	// is sent again, in order, until Duration ends, unless Once is set.
 	Duration time.Duration
+	// Once stops a ModeRate run at the end of its input even when Duration
+	// is longer.
+	Once bool
+	// Rewind, when set, opens the input again from its start, for the
+	// passes after the first (see Duration). Nil keeps this shard's
+	// requests in memory during the first pass instead, when a repeat may
+	// be needed.
+	Rewind func() (*Reader, error)
 	// Concurrency bounds requests in flight. In ModeMax exactly this many
 	// workers send back to back; zero means 32. In the paced modes workers
 	// are added as needed up to this bound; zero means 10000. When the bound
@@ -143,6 +152,7 @@ func Run(ctx context.Context, cfg Config, in *Reader) (*Results, error) {
 	res.Started = start
 	if err := sleepUntil(ctx, start); err != nil {
 		res.Ended = time.Now()
+		res.Incomplete = "interrupted before the start"
 		return res, errors.Join(err, r.rec.finish(res))
 	}
 
@@ -153,6 +163,9 @@ func Run(ctx context.Context, cfg Config, in *Reader) (*Results, error) {
 		r.addWorkers(min(cfg.Concurrency, 16))
 	}
 	runErr := r.dispatch(ctx, in, sched, start, res)
+	if runErr != nil && ctx.Err() != nil {
+		res.Incomplete = "interrupted"
+	}
 	close(r.jobs)
 	r.workers.Wait()
 	res.Ended = time.Now()
@@ -187,63 +200,150 @@ func (c *Config) schedule() (Schedule, error) {
 	return nil, fmt.Errorf("load: unknown mode %q", c.Mode)
 }
 
+// repeats reports whether the input is sent again when it ends before
+// the duration.
+func (c *Config) repeats() bool {
+	return c.Mode == ModeRate && c.Duration > 0 && !c.Once
+}
+
 // dispatch reads the input and hands this shard's requests to the workers
-// at their intended times.
+// at their intended times, starting the input over while the schedule
+// goes on (see Config.Duration).
 func (r *run) dispatch(ctx context.Context, in *Reader, sched Schedule, start time.Time, res *Results) error {
-	var first, deadline time.Time
-	wait := newWaiter()
-	defer wait.stop()
+	d := &dispatcher{run: r, sched: sched, start: start, res: res, wait: newWaiter()}
+	defer d.wait.stop()
 	if r.cfg.Mode == ModeMax && r.cfg.Duration > 0 {
-		deadline = start.Add(r.cfg.Duration)
+		d.deadline = start.Add(r.cfg.Duration)
 	}
-	for index := int64(0); ; {
+	keep := r.cfg.repeats() && r.cfg.Rewind == nil
+	for pass := 0; ; pass++ {
+		res.Passes = pass + 1
+		var lines int64
+		var err error
+		switch {
+		case pass == 0:
+			lines, err = d.read(ctx, in, true, keep)
+		case keep:
+			lines, err = d.replayKept(ctx)
+		default:
+			next, rerr := r.cfg.Rewind()
+			if rerr != nil {
+				return fmt.Errorf("load: opening the input again for pass %d: %w", pass+1, rerr)
+			}
+			lines, err = d.read(ctx, next, false, false)
+		}
+		if err != nil || d.over {
+			return err
+		}
+		if pass == 0 {
+			d.perPass = lines
+		}
+		if !r.cfg.repeats() || lines == 0 || d.perPass == 0 {
+			return nil
+		}
+	}
+}
+
+// dispatcher is the state of dispatch across passes over the input.
+type dispatcher struct {
+	*run
+	sched    Schedule
+	start    time.Time
+	deadline time.Time
+	res      *Results
+	wait     *waiter
+	first    time.Time // recorded time of the input's first request
+	// pass is the number of passes done; perPass the valid requests of
+	// one: a request's index in the whole run is pass·perPass + its index
+	// in the pass, which the schedule paces, while the shard owns requests
+	// by their index in the pass (every pass sends the same ones).
+	pass, perPass int64
+	kept          []keptRequest
+	over          bool // the schedule or the deadline ended the run
+}
+
+type keptRequest struct {
+	index int64 // in the pass
+	req   *Request
+}
+
+// read sends one pass of in and returns its valid requests.
+func (d *dispatcher) read(ctx context.Context, in *Reader, firstPass, keep bool) (int64, error) {
+	var index int64
+	for {
 		req := new(Request)
 		err := in.Next(req)
 		if errors.Is(err, io.EOF) {
-			return nil
+			d.pass++
+			return index, nil
 		}
 		var le *LineError
 		if errors.As(err, &le) {
-			res.BadLines++
-			if r.cfg.OnBadLine != nil {
-				r.cfg.OnBadLine(le)
+			if firstPass {
+				d.res.BadLines++
+				if d.cfg.OnBadLine != nil {
+					d.cfg.OnBadLine(le)
+				}
 			}
 			continue
 		}
 		if err != nil {
-			return err
+			return index, err
 		}
 		i := index
 		index++
-		res.Lines++
-		if i == 0 {
-			first = req.At
+		if firstPass {
+			d.res.Lines++
+			if i == 0 {
+				d.first = req.At
+			}
 		}
-		if !r.cfg.Shard.Owns(i) {
+		if !d.cfg.Shard.Owns(i) {
 			continue
 		}
-		if err := ctx.Err(); err != nil {
-			return err
+		if keep {
+			d.kept = append(d.kept, keptRequest{i, req})
 		}
-		res.Owned++
-		var j job
-		j.req = req
-		if sched != nil {
-			off, ok := sched.At(i, req.At, first)
-			if !ok {
-				return nil
-			}
-			j.intended = start.Add(off)
-			if err := wait.until(ctx, j.intended); err != nil {
-				return err
-			}
-		} else if !deadline.IsZero() && !time.Now().Before(deadline) {
-			return nil
-		}
-		if err := r.handOff(ctx, j); err != nil {
-			return err
+		if err := d.send(ctx, i, req); err != nil || d.over {
+			return index, err
 		}
 	}
+}
+
+// replayKept sends the requests kept in the first pass once more.
+func (d *dispatcher) replayKept(ctx context.Context) (int64, error) {
+	for _, k := range d.kept {
+		if err := d.send(ctx, k.index, k.req); err != nil || d.over {
+			return d.perPass, err
+		}
+	}
+	d.pass++
+	return d.perPass, nil
+}
+
+// send waits for the intended time of the request at index i of the
+// current pass and hands it to a worker.
+func (d *dispatcher) send(ctx context.Context, i int64, req *Request) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	j := job{req: req}
+	if d.sched != nil {
+		off, ok := d.sched.At(d.pass*d.perPass+i, req.At, d.first)
+		if !ok {
+			d.over = true
+			return nil
+		}
+		j.intended = d.start.Add(off)
+		if err := d.wait.until(ctx, j.intended); err != nil {
+			return err
+		}
+	} else if !d.deadline.IsZero() && !time.Now().Before(d.deadline) {
+		d.over = true
+		return nil
+	}
+	d.res.Owned++
+	return d.handOff(ctx, j)
 }
 
 // handOff gives j to an idle worker, adding one while under the bound.

@@ -401,3 +401,70 @@ func TestStartAtWaits(t *testing.T) {
 		t.Errorf("sent %d, started %v (want %v), err %v", res.Sent, res.Started, at, err)
 	}
 }
+
+// In rate mode a duration longer than the input sends the input again, in
+// order, until the duration ends; Once stops at the end of the input. The
+// shards of a repeated run still send every request of every pass once.
+func TestRateModeRepeatsTheInputForTheDuration(t *testing.T) {
+	reqs := numbered(30, time.Unix(0, 0), time.Millisecond)
+	count := func(urls []string) map[string]int {
+		seen := map[string]int{}
+		for _, u := range urls {
+			seen[u]++
+		}
+		return seen
+	}
+	for _, c := range []struct {
+		name   string
+		cfg    Config
+		rewind bool
+		passes int
+	}{
+		{"kept in memory", Config{Mode: ModeRate, Rate: 200, Duration: 600 * time.Millisecond}, false, 4},
+		{"input opened again", Config{Mode: ModeRate, Rate: 200, Duration: 600 * time.Millisecond}, true, 4},
+		{"once", Config{Mode: ModeRate, Rate: 200, Duration: 600 * time.Millisecond, Once: true}, false, 1},
+		{"ramp", Config{Mode: ModeRate, Ramp: Ramp{From: 150, To: 250}, Duration: 600 * time.Millisecond}, false, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := newArrivals(t)
+			var sent int64
+			for s := range 2 {
+				cfg := c.cfg
+				cfg.Shard = Shard{Index: s, Count: 2}
+				if c.rewind {
+					cfg.Rewind = func() (*Reader, error) { return NewReader(input(t, reqs), "again"), nil }
+				}
+				res := runAgainst(t, srv.URL, cfg, input(t, reqs))
+				if res.Lines != 30 || res.Incomplete != "" {
+					t.Fatalf("shard %d: %d lines, incomplete %q", s, res.Lines, res.Incomplete)
+				}
+				sent += res.Sent
+			}
+			// 200/s (or 150→250/s) for 0.6s is 120 requests: 4 passes of 30.
+			_, urls := srv.snapshot()
+			if want := int64(30 * c.passes); sent != want || len(urls) != int(want) {
+				t.Fatalf("sent %d, server saw %d; want %d", sent, len(urls), want)
+			}
+			for u, n := range count(urls) {
+				if n != c.passes {
+					t.Errorf("%s sent %d times, want %d", u, n, c.passes)
+				}
+			}
+		})
+	}
+}
+
+func TestInterruptedRunIsMarkedIncomplete(t *testing.T) {
+	srv := newArrivals(t)
+	exec, err := NewHTTPExecutor(srv.URL, ExecutorConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exec.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	res, err := Run(ctx, Config{Mode: ModeRate, Rate: 50, Duration: time.Minute, Executor: exec}, NewReader(input(t, numbered(10, time.Unix(0, 0), 0)), "in"))
+	if err == nil || res == nil || res.Incomplete != "interrupted" {
+		t.Fatalf("interrupted run: err %v, incomplete %q", err, res.Incomplete)
+	}
+}

@@ -16,17 +16,18 @@ import (
 
 // admin talks to a mock server's admin API (mockserver/api.go).
 type admin struct {
-	base string
-	hc   *http.Client
+	base  string
+	token string // "" or the admin token, sent as a bearer token
+	hc    *http.Client
 }
 
-func newAdmin(base string, conns int, timeout time.Duration) (*admin, error) {
+func newAdmin(base, token string, conns int, timeout time.Duration) (*admin, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("mock admin URL %q: want http://HOST:PORT", base)
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: 0, IdleConnTimeout: 30 * time.Second}
-	return &admin{base: strings.TrimSuffix(base, "/"), hc: &http.Client{Transport: tr, Timeout: timeout}}, nil
+	return &admin{base: strings.TrimSuffix(base, "/"), token: token, hc: &http.Client{Transport: tr, Timeout: timeout}}, nil
 }
 
 func (a *admin) close() { a.hc.CloseIdleConnections() }
@@ -46,6 +47,9 @@ func (a *admin) do(ctx context.Context, method, path string, body, out any) erro
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
 	}
 	resp, err := a.hc.Do(req)
 	if err != nil {

@@ -2,7 +2,9 @@ package regress_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/retrace-dev/retrace/mockserver"
@@ -79,5 +81,40 @@ func TestEndToEndWithMockServer(t *testing.T) {
 				t.Errorf("%s: %v %+v", r.Name(), paths, r.Findings)
 			}
 		}
+	}
+}
+
+// TestReplaysLeaveNoTraceState replays many sessions at once through the
+// real mock server: once every replay is over, the mock server holds no
+// state of any of their traces.
+func TestReplaysLeaveNoTraceState(t *testing.T) {
+	sessions := record(t)
+	mock := mocktest.NewServer(t, mockserver.Config{}, sessions...)
+	shop := replaytest.NewShop(t, replaytest.ShopV1, replaytest.Framed(mock.Addr(), replaytest.PricesDst))
+	cfg := regress.Config{Source: regress.Sessions(sessions), Target: shop.URL, MockAdmin: mock.AdminURL(), Concurrency: 16, Repeat: 60}
+	c := run(t, cfg)
+	if got := len(c.byStatus(regress.Errored)); got != 0 {
+		t.Fatalf("%d replays errored", got)
+	}
+	if n := mock.Traces(); n != 0 {
+		t.Fatalf("%d replays of %d left trace state behind", n, len(c.results))
+	}
+}
+
+// A mock server with an admin token: the replayer sends it; without it
+// every replay is an error naming the refusal.
+func TestMockAdminToken(t *testing.T) {
+	sessions := record(t)
+	mock := mocktest.NewServer(t, mockserver.Config{AdminToken: "tok-123"}, sessions...)
+	shop := replaytest.NewShop(t, replaytest.ShopV1, replaytest.Framed(mock.Addr(), replaytest.PricesDst))
+	cfg := regress.Config{Source: regress.Sessions(sessions), Target: shop.URL, MockAdmin: mock.AdminURL(), MockAdminToken: "tok-123"}
+	c := run(t, cfg)
+	if n := len(c.byStatus(regress.Errored)); n != 0 || len(c.results) != len(sessions) {
+		t.Fatalf("with the token: %d of %d replays errored", n, len(c.results))
+	}
+	cfg.MockAdminToken = ""
+	err := regress.Run(context.Background(), cfg, func(*regress.Result) { t.Error("a session was replayed without the token") })
+	if !errors.Is(err, regress.ErrUnreachable) || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "--mock-admin-token") {
+		t.Fatalf("without the token: %v; want the run refused at once, naming 401 and the flag", err)
 	}
 }

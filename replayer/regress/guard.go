@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -57,6 +58,14 @@ func (r *runner) preflight(ctx context.Context) error {
 		}
 		cctx, cancel := context.WithTimeout(ctx, min(preflightTimeout, r.cfg.Timeout))
 		err = sd.admin.do(cctx, http.MethodGet, "/healthz", nil, nil)
+		if err == nil {
+			// /healthz needs no token; a report does. A trace no replay
+			// uses costs the mock server nothing.
+			err = sd.admin.do(cctx, http.MethodGet, "/traces/retrace-preflight", nil, nil)
+			if err != nil && strings.Contains(err.Error(), "401") {
+				err = fmt.Errorf("%v (give the mock's admin token: --mock-admin-token or RETRACE_MOCK_ADMIN_TOKEN)", err)
+			}
+		}
 		cancel()
 		if err != nil {
 			return fmt.Errorf("%w: %s mock admin %s: %v", ErrUnreachable, sd.name, sd.admin.base, err)

@@ -32,6 +32,10 @@ type Config struct {
 	Baseline string
 	// BaselineMockAdmin is the baseline's mock server; empty: MockAdmin.
 	BaselineMockAdmin string
+	// MockAdminToken is sent to the mock admin APIs as "Authorization:
+	// Bearer TOKEN" (a mock server started with an admin token); empty:
+	// none.
+	MockAdminToken string
 	// Concurrency is the number of sessions in flight (and connections
 	// per target). Zero: 8.
 	Concurrency int
@@ -123,7 +127,7 @@ func newSide(name, targetURL, adminURL string, cfg *Config) (*side, error) {
 	}
 	s := &side{name: name, target: t}
 	if adminURL != "" {
-		if s.admin, err = newAdmin(adminURL, cfg.Concurrency, cfg.Timeout); err != nil {
+		if s.admin, err = newAdmin(adminURL, cfg.MockAdminToken, cfg.Concurrency, cfg.Timeout); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 	}

@@ -47,10 +47,15 @@ type Options struct {
 // Summary is the content of summary.json (DESIGN.md 3.5: at least
 // sessions, passed, failed, errors).
 type Summary struct {
-	Sessions int `json:"sessions"`
-	Passed   int `json:"passed"`
-	Failed   int `json:"failed"`
-	Errors   int `json:"errors"`
+	// Complete is false when the run stopped before every selected
+	// session was replayed (interrupted, or its recordings could not be
+	// read to the end); Incomplete then says why.
+	Complete   bool   `json:"complete"`
+	Incomplete string `json:"incomplete,omitempty"`
+	Sessions   int    `json:"sessions"`
+	Passed     int    `json:"passed"`
+	Failed     int    `json:"failed"`
+	Errors     int    `json:"errors"`
 	// Preexisting counts sessions with differences the baseline shows too
 	// (A/B mode); they are not failures.
 	Preexisting int          `json:"preexisting,omitempty"`
@@ -267,9 +272,20 @@ func (r *Report) Counts() Counts {
 	return Counts{r.sum.Sessions, r.sum.Passed, r.sum.Failed, r.sum.Errors}
 }
 
+// Incomplete marks the report as covering part of the run only (an
+// interrupted replay), saying why; summary.json then has "complete":
+// false.
+func (r *Report) Incomplete(why string) {
+	if why == "" {
+		why = "stopped early"
+	}
+	r.sum.Incomplete = why
+}
+
 // Summary returns the tally so far, with the per-API table.
 func (r *Report) Summary() Summary {
 	s := r.sum
+	s.Complete = s.Incomplete == ""
 	s.Started = r.started
 	s.Seconds = time.Since(r.started).Seconds()
 	if s.Seconds > 0 {

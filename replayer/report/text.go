@@ -18,6 +18,9 @@ func WriteText(w io.Writer, s *Summary) {
 	}
 	fmt.Fprintf(w, "replayed %d sessions against %s in %.1fs (%.1f/s): %d passed, %d failed, %d errors\n",
 		s.Sessions, mode, s.Seconds, s.Rate, s.Passed, s.Failed, s.Errors)
+	if !s.Complete {
+		fmt.Fprintf(w, "INCOMPLETE: %s; the counts cover the sessions replayed until then\n", s.Incomplete)
+	}
 	if s.Mode == "ab" && s.Preexisting > 0 {
 		fmt.Fprintf(w, "%d sessions have differences the baseline shows too (not counted as failures)\n", s.Preexisting)
 	}

@@ -107,9 +107,15 @@ func RecordReplay(t *testing.T, sc Scenario) {
 		t.Fatal(err)
 	}
 	calls := map[string]int{}
+	// a request's session has an id of its own; the traceparent the
+	// client sent is its Trace
+	sessionOf := map[string]string{}
 	decoded := 0 // calls with a decoded form
 	n, err := srv.Load(ctx, func(ctx context.Context, fn func(*recording.Session) error) error {
 		return rd.Scan(ctx, func(s *recording.Session) error {
+			if s.Trace != "" {
+				sessionOf[s.Trace] = s.ID
+			}
 			for _, c := range s.Calls {
 				if c.Dst != sc.Dst {
 					continue
@@ -135,9 +141,9 @@ func RecordReplay(t *testing.T, sc Scenario) {
 		t.Fatalf("loaded %d sessions (%v), want %d", n, err, traces)
 	}
 	t.Logf("%d calls to %s recorded with their decoded form", decoded, sc.Dst)
-	for _, id := range tids {
-		if calls[id] < 3 {
-			t.Errorf("session %s has %d calls to %s, want at least 3", id, calls[id], sc.Dst)
+	for _, tid := range tids {
+		if id := sessionOf[tid]; calls[id] < 3 {
+			t.Errorf("session %s (trace %s) has %d calls to %s, want at least 3", id, tid, calls[id], sc.Dst)
 		}
 	}
 	if t.Failed() {
@@ -152,7 +158,7 @@ func RecordReplay(t *testing.T, sc Scenario) {
 	if err != nil {
 		t.Fatalf("installing the agent: %v", err)
 	}
-	got := serve(t, ln, sc, traces, func(i int) string { return "Retrace-Trace-Id: " + tids[i] })
+	got := serve(t, ln, sc, traces, func(i int) string { return "Retrace-Trace-Id: " + sessionOf[tids[i]] })
 	undo()
 	for i := range want {
 		if got[i] != want[i] {

@@ -16,12 +16,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/retrace-dev/retrace/examples/orders"
 
 	// The whole integration with retrace: RETRACE_MODE and friends decide
-	// at start whether and how the agent records or replays this service.
-	_ "github.com/retrace-dev/retrace/patches"
+	// at start whether and how the agent records or replays this service;
+	// patches.Stop at shutdown writes the sessions it still holds.
+	"github.com/retrace-dev/retrace/patches"
 )
 
 func main() {
@@ -58,7 +60,16 @@ func run(args []string) error {
 			return err
 		}
 	}
-	return srv.ListenAndServe(ctx, *listen, os.Stderr)
+	err = srv.ListenAndServe(ctx, *listen, os.Stderr)
+	// The service handles SIGTERM itself (graceful shutdown above), so it
+	// calls the agent's shutdown hook: every session of a request it
+	// answered is written before the process ends.
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if serr := patches.Stop(sctx); serr != nil {
+		fmt.Fprintln(os.Stderr, "orders: retrace:", serr)
+	}
+	return err
 }
 
 func envOr(k, def string) string {

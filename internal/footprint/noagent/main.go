@@ -1,0 +1,17 @@
+// Command noagent is the example order service without retrace.
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/retrace-dev/retrace/examples/orders"
+)
+
+func main() {
+	srv, err := orders.NewServer(orders.ConfigFromEnv())
+	if err != nil {
+		os.Exit(1)
+	}
+	_ = srv.ListenAndServe(context.Background(), "127.0.0.1:0", os.Stderr)
+}

@@ -557,10 +557,25 @@ func pgRecordAndReplay(t *testing.T, cl pgClient, realURL string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := srv.Load(ctx, rd.Scan)
+	// a session's id is its own; the traceparent's trace id the driver
+	// sent is its Trace
+	sessionOf := map[string]string{}
+	n, err := srv.Load(ctx, func(ctx context.Context, fn func(*recording.Session) error) error {
+		return rd.Scan(ctx, func(s *recording.Session) error {
+			if s.Trace != "" {
+				sessionOf[s.Trace] = s.ID
+			}
+			return fn(s)
+		})
+	})
 	rd.Close()
 	if err != nil || n < traces {
 		t.Fatalf("loaded %d sessions (%v), want %d; recorder stats %+v", n, err, traces, recorder.Stats())
+	}
+	for i := range tids {
+		if tids[i] = sessionOf[tids[i]]; tids[i] == "" {
+			t.Fatalf("request %d: no session has its traceparent's trace id", i)
+		}
 	}
 
 	// Replay: a fresh service (its start-up ping answered by the mock

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"go.uber.org/goleak"
 )
@@ -111,4 +112,31 @@ func BenchmarkParent(b *testing.B) {
 		s += p
 	}
 	_ = s
+}
+
+// TestStack: the bounds hold a local variable of the caller, on the test's
+// goroutine and on a fresh one, also after the stack grew.
+func TestStack(t *testing.T) {
+	check := func() {
+		lo, hi, ok := Stack()
+		var x int
+		at := uintptr(unsafe.Pointer(&x))
+		if !ok || at < lo || at >= hi || hi-lo < 2048 {
+			t.Errorf("stack [%#x, %#x) ok=%v, a local at %#x", lo, hi, ok, at)
+		}
+	}
+	check()
+	done := make(chan struct{})
+	go func() { defer close(done); check(); deep(200, check) }()
+	<-done
+}
+
+func deep(n int, f func()) {
+	var pad [64]byte
+	if n == 0 {
+		f()
+		return
+	}
+	deep(n-1, f)
+	_ = pad
 }

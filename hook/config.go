@@ -76,6 +76,11 @@ type Config struct {
 	// NoClock leaves time.Now alone in replay mode (Retrace-Replay-Time is
 	// then ignored). The zero value patches it.
 	NoClock bool
+	// Random selects the randomness a traced request records and gets
+	// back on replay (RETRACE_RANDOM, DESIGN.md 14). The zero value,
+	// RandomMath, patches the global sources of math/rand and
+	// math/rand/v2; RandomAll crypto/rand too.
+	Random RandomMode
 	// NoHTTP leaves net/http's Transport alone: outbound HTTP requests are
 	// then charged to the trace of the goroutine that writes them, which is
 	// wrong on pooled connections. The zero value patches it.

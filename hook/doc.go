@@ -26,6 +26,13 @@
 //   - time.Now (replay mode): on the goroutines of a request replayed with
 //     Retrace-Replay-Time it returns the recorded time plus the time elapsed
 //     since the request arrived; every other goroutine sees the real clock.
+//   - the global sources of math/rand and math/rand/v2, and crypto/rand.Read
+//     and the Read of crypto/rand.Reader (Config.Random, RETRACE_RANDOM): on
+//     a traced request's goroutines the application's draws come from a
+//     seed of the request's own and, for crypto/rand, are recorded and
+//     handed back in order on replay; draws the standard library makes for
+//     itself (TLS, key generation) and untraced goroutines get real
+//     randomness.
 //
 // Before patching a function Install checks, with the runtime's function
 // table, that the function's body is at least as long as the jump written

@@ -38,6 +38,11 @@ type engine struct {
 	log   *slog.Logger
 	clock bool // time.Now is patched: Arrived uses realNow
 
+	random                     RandomMode
+	mathPatched, cryptoPatched bool // the sources of RETRACE_RANDOM that are patched
+	randomRec                  RandomRecorder
+	div                        divergenceReporter
+
 	conns    connTable
 	connects pendingConnects
 	nextID   atomic.Uint64
@@ -49,7 +54,9 @@ func newEngine(cfg *resolvedConfig, l *netLayout) *engine {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	}
-	e := &engine{cfg: cfg, l: l, log: log}
+	e := &engine{cfg: cfg, l: l, log: log, random: cfg.Random}
+	e.randomRec, _ = cfg.Recorder.(RandomRecorder)
+	e.div.addr = cfg.mock.String()
 	if denseIndex {
 		e.conns.tag = l.tag
 	}
@@ -550,4 +557,5 @@ func (e *engine) shutdown() {
 	for _, st := range e.conns.drain() {
 		e.forget(st)
 	}
+	e.div.close()
 }

@@ -15,3 +15,15 @@ func NoDenseIndex(t testing.TB) {
 
 // ServeTCP is serveTCP, for the tests of package hook_test.
 func ServeTCP(t *testing.T, handle func(net.Conn)) string { return serveTCP(t, handle) }
+
+// RandomFuncs returns the code addresses of the functions RandomAll
+// patches.
+func RandomFuncs() map[string]uintptr {
+	out := map[string]uintptr{}
+	mt, _ := mathTargets()
+	ct, _ := cryptoTargets()
+	for _, t := range append(mt, ct...) {
+		out[t.name] = *(*uintptr)(t.word)
+	}
+	return out
+}

@@ -65,6 +65,14 @@ func Install(cfg Config) (undo func(), err error) {
 	if !rc.NoHTTP {
 		optional = append(optional, transportTarget)
 	}
+	// Randomness: optional too, each source on its own.
+	var randomTargets []func() ([]target, error)
+	if rc.Random != RandomOff {
+		randomTargets = append(randomTargets, mathTargets)
+	}
+	if rc.Random == RandomAll {
+		randomTargets = append(randomTargets, cryptoTargets)
+	}
 	for _, mk := range required {
 		t, err := mk()
 		if err == nil {
@@ -97,6 +105,37 @@ func Install(cfg Config) (undo func(), err error) {
 		}
 		refused = append(refused, err.Error())
 		e.log.Error("retrace: function left unpatched", "err", err)
+	}
+	for i, mk := range randomTargets {
+		ts, err := mk()
+		var applied []func()
+		for _, t := range ts {
+			var u func()
+			if u, err = apply(t); err != nil {
+				break
+			}
+			applied = append(applied, u)
+		}
+		if err != nil {
+			// a source half patched would draw half from the seed
+			for j := len(applied) - 1; j >= 0; j-- {
+				applied[j]()
+			}
+			refused = append(refused, err.Error())
+			e.log.Error("retrace: randomness left unpatched", "err", err)
+			continue
+		}
+		undos = append(undos, applied...)
+		for _, t := range ts {
+			patched = append(patched, t.name)
+		}
+		if len(ts) > 0 {
+			if i == 0 {
+				e.mathPatched = true
+			} else {
+				e.cryptoPatched = true
+			}
+		}
 	}
 	e.log.Info("retrace: agent installed", "mode", rc.Mode.String(), "patched", patched)
 	patchState.Lock()

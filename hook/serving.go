@@ -85,7 +85,10 @@ const maxWaiting = 1024
 func (e *engine) admit(st *connState, tid string, h *trace.RequestHead) {
 	var t *trace.Trace
 	if tid != "" {
-		t = &trace.Trace{ID: tid, ReplayTime: h.ReplayTime, Arrived: e.now()}
+		t = e.newTrace(tid, h)
+		if t.Random != nil && e.randomRec != nil {
+			e.recordCall("random-started", func() { e.randomRec.RandomStarted(&st.info, tid, t.Random) })
+		}
 	}
 	head := h.Method == "HEAD"
 	s := &st.srv

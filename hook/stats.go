@@ -13,7 +13,7 @@ import (
 var counters struct {
 	requests, traced, bound, framed, stripped, carried stripe.Counter
 
-	conns, preambles, redirected, failures, pipelined atomic.Int64
+	conns, preambles, redirected, failures, pipelined, diverged atomic.Int64
 }
 
 var patchState struct {
@@ -48,6 +48,10 @@ type Stats struct {
 	CarriedRequests    int64 // HTTP requests that carried their trace in-band
 	StrippedRequests   int64 // outbound HTTP requests whose Retrace-* headers were stripped
 
+	// Diverged counts the divergences of replayed requests' randomness
+	// from their recordings (one per request and source at most).
+	Diverged int64
+
 	// Failures counts recovered panics and errors inside hooks (the
 	// application's I/O proceeded unhooked each time).
 	Failures int64
@@ -77,5 +81,6 @@ func ReadStats() Stats {
 	s.CarriedRequests = counters.carried.Load()
 	s.StrippedRequests = counters.stripped.Load()
 	s.Failures = counters.failures.Load()
+	s.Diverged = counters.diverged.Load()
 	return s
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // patchedFuncs returns the code addresses of the functions replay mode
-// patches.
+// patches with RETRACE_RANDOM=all.
 func patchedFuncs() map[string]uintptr {
 	conn := reflect.PointerTo(reflect.TypeFor[net.TCPConn]().Field(0).Type)
 	pcs := map[string]uintptr{
@@ -29,6 +29,9 @@ func patchedFuncs() map[string]uintptr {
 	}
 	m, _ := reflect.TypeFor[*http.Transport]().MethodByName("RoundTrip")
 	pcs["Transport.RoundTrip"] = m.Func.Pointer()
+	for name, pc := range hook.RandomFuncs() {
+		pcs[name] = pc
+	}
 	return pcs
 }
 
@@ -66,7 +69,7 @@ func TestUndoRestores(t *testing.T) {
 	require.Equal(t, orig, snapshot(), "mode off patched something")
 	undo()
 
-	undo, err = hook.Install(hook.Config{Mode: hook.Replay, MockAddr: "127.0.0.1:9", Passthrough: []string{line.Addr}})
+	undo, err = hook.Install(hook.Config{Mode: hook.Replay, MockAddr: "127.0.0.1:9", Passthrough: []string{line.Addr}, Random: hook.RandomAll})
 	require.NoError(t, err)
 	_, err = hook.Install(hook.Config{Mode: hook.Replay})
 	require.ErrorIs(t, err, hook.ErrInstalled)

@@ -1,6 +1,9 @@
 package mockserver
 
-import "github.com/retrace-dev/retrace/recording"
+import (
+	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/trace"
+)
 
 // The admin API (HTTP, JSON) of the mock server. These types are its wire
 // contract with the replayer; fields are only ever added.
@@ -36,6 +39,10 @@ type TraceReport struct {
 	Unused []recording.Call `json:"unused"`
 	// Dropped counts calls received beyond Config.MaxObserved, not listed.
 	Dropped int `json:"dropped,omitempty"`
+	// Random lists where the replayed request's randomness left its
+	// recording (RETRACE_RANDOM), as the agent reported it
+	// (trace.RandomDst): one entry per source at most.
+	Random []trace.Divergence `json:"random,omitempty"`
 }
 
 // ObservedCall is one request the system under test made, and how it was

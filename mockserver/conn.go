@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -174,6 +175,9 @@ func (c *conn) run() error {
 		}
 		if c.dst == "" {
 			c.live = h.Dst
+			if h.Dst == trace.RandomDst {
+				return c.serveRandom()
+			}
 			if real, ok := c.s.cfg.passthrough(h.Dst); ok {
 				return c.passthrough(real)
 			}
@@ -660,4 +664,48 @@ func (c *conn) parseHeader(b []byte) (trace.FrameHeader, int, error) {
 		c.lastTID, c.lastDst = h.TID, h.Dst
 	}
 	return h, n, err
+}
+
+// maxRandomReports bounds the divergences kept for one trace (the agent
+// sends one per source).
+const maxRandomReports = 16
+
+// serveRandom notes the divergences of replayed randomness an agent
+// reports on a connection named trace.RandomDst: each frame is one JSON
+// trace.Divergence of the frame's trace, answered with a newline once
+// noted, so that the runner, which reads the trace's report after the
+// response, finds it there.
+func (c *conn) serveRandom() error {
+	for {
+		c.buf = c.buf[:0]
+		h, err := c.readFrame()
+		if err != nil {
+			return err
+		}
+		if h.Len == 0 {
+			continue
+		}
+		var d trace.Divergence
+		if err := json.Unmarshal(c.buf, &d); err != nil {
+			return fmt.Errorf("divergence report of trace %q: %w", h.TID, err)
+		}
+		if h.TID != "" {
+			ts := c.traceState(h.TID)
+			ts.mu.Lock()
+			if len(ts.random) < maxRandomReports {
+				ts.random = append(ts.random, d)
+			}
+			ts.mu.Unlock()
+		}
+		c.s.log.Info("replayed randomness diverged", "trace", h.TID, "divergence", d.String())
+		if err := c.write([]byte{'\n'}); err != nil {
+			return err
+		}
+	}
+}
+
+// divergences returns a copy of the divergences noted; the caller holds
+// ts.mu.
+func (ts *traceState) divergences() []trace.Divergence {
+	return append([]trace.Divergence(nil), ts.random...)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retrace-dev/retrace/recording"
+	rtrace "github.com/retrace-dev/retrace/trace"
 )
 
 // traceTable holds the state of every trace seen, and the aliases the
@@ -70,7 +71,8 @@ type traceState struct {
 	cursor  map[string]map[string]int
 	calls   callLog
 	dropped int
-	reqBuf  []byte // chunk the observed requests' bytes are copied into
+	reqBuf  []byte              // chunk the observed requests' bytes are copied into
+	random  []rtrace.Divergence // reported by the agent (trace.RandomDst)
 
 	// Causal order (see conn.awaitSent): seen marks the recorded calls a
 	// live request matched, or that a wait gave up on; every entry of
@@ -378,6 +380,7 @@ func (s *Server) report(ts *traceState, trace, rec string) TraceReport {
 	defer ts.mu.Unlock()
 	r.Calls = ts.calls.appendTo(r.Calls)
 	r.Dropped = ts.dropped
+	r.Random = ts.divergences()
 	if ts.entry == nil {
 		return r
 	}
@@ -392,6 +395,9 @@ func (s *Server) report(ts *traceState, trace, rec string) TraceReport {
 		}
 	}
 	for i, c := range ts.entry.s.Calls {
+		if _, pass := s.cfg.passthrough(c.Dst); pass {
+			continue // proxied whole to the real destination, never matched
+		}
 		if !c.Setup && !usedCall[i] {
 			r.Unused = append(r.Unused, c)
 		}

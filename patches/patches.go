@@ -22,6 +22,7 @@ const (
 	EnvMockAddr    = "RETRACE_MOCK_ADDR"
 	EnvPassthrough = "RETRACE_PASSTHROUGH"
 	EnvLog         = "RETRACE_LOG"
+	EnvRandom      = "RETRACE_RANDOM"
 )
 
 // FromEnv builds a hook.Config from the environment (getenv is os.Getenv
@@ -38,6 +39,9 @@ func FromEnv(getenv func(string) string) (hook.Config, error) {
 		return hook.Config{}, fmt.Errorf("%s: %w", EnvLog, err)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if cfg.Random, err = hook.ParseRandom(getenv(EnvRandom)); err != nil {
+		return hook.Config{}, fmt.Errorf("%s: %w", EnvRandom, err)
+	}
 	if v := strings.TrimSpace(getenv(EnvMockAddr)); v != "" {
 		if err := checkHostPort(v); err != nil {
 			return hook.Config{}, fmt.Errorf("%s: %w", EnvMockAddr, err)

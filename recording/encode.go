@@ -1,6 +1,7 @@
 package recording
 
 import (
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"math/bits"
@@ -72,7 +73,40 @@ func appendSession(b []byte, s *Session) ([]byte, bool) {
 		}
 		b = append(b, ']')
 	}
+	if r := s.Random; r != nil {
+		b = appendRandom(b, r)
+	}
 	return append(b, '}'), true
+}
+
+// appendRandom writes the "random" member (session.go's Random).
+func appendRandom(b []byte, r *Random) []byte {
+	b = append(b, `,"random":{"seed":"`...)
+	b = strconv.AppendUint(b, r.Seed, 10)
+	b = append(b, `","math":`...)
+	b = strconv.AppendUint(b, r.Math, 10)
+	b = append(b, `,"math_v2":`...)
+	b = strconv.AppendUint(b, r.MathV2, 10)
+	if len(r.Crypto) > 0 {
+		b = append(b, `,"crypto":[`...)
+		for i, d := range r.Crypto {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if d == nil {
+				b = append(b, "null"...)
+				continue
+			}
+			b = append(b, '"')
+			b = base64.StdEncoding.AppendEncode(b, d)
+			b = append(b, '"')
+		}
+		b = append(b, ']')
+	}
+	if r.Masked {
+		b = append(b, `,"masked":true`...)
+	}
+	return append(b, '}')
 }
 
 func appendCall(b []byte, c *Call) []byte {

@@ -46,6 +46,10 @@ func TestMarshalMatchesEncodingJSON(t *testing.T) {
 			Calls: []Call{{Proto: "redis", Dst: "cache:6379", Request: []byte("*1\r\n$4\r\nPING\r\n")}}},
 		"all marks": {ID: "a", V: 1, At: time.Unix(1, 0).UTC(), Inbound: Inbound{RequestTruncated: true, ResponseTruncated: true},
 			Calls: []Call{{Setup: true, RequestTruncated: true, ResponseTruncated: true}}},
+		"random, math": {ID: "a", At: time.Unix(1, 0).UTC(), Random: &Random{Seed: math.MaxUint64, Math: 3}},
+		"random, all": {ID: "a", At: time.Unix(1, 0).UTC(),
+			Random: &Random{Seed: 1 << 60, Math: 1, MathV2: 9, Crypto: [][]byte{{0, 0xff, 3}, {}, nil, []byte("0123456789abcdef")}}},
+		"random, masked": {ID: "a", At: time.Unix(1, 0).UTC(), Random: &Random{Masked: true}},
 	}
 	for name, s := range tests {
 		t.Run(name, func(t *testing.T) { sameJSON(t, s) })
@@ -64,6 +68,8 @@ func FuzzMarshalMatchesEncodingJSON(f *testing.F) {
 		s := &Session{ID: id, Trace: app + id, App: app, At: time.Unix(0, n).UTC(),
 			Inbound: Inbound{Proto: app, Local: id, Request: req, Response: resp, StartNs: n},
 			Calls:   []Call{{Seq: int(n % 100), Proto: id, Dst: app, Conn: n, Request: resp, Response: req, DurNs: n, Decoded: app}}}
+		sameJSON(t, s)
+		s.Random = &Random{Seed: uint64(n) * 0x9e3779b97f4a7c15, Math: uint64(n), Crypto: [][]byte{req, resp}, Masked: n%2 == 0}
 		sameJSON(t, s)
 	})
 }
@@ -193,4 +199,21 @@ func FuzzAppendInt(f *testing.F) {
 			t.Fatalf("appendInt(%d) = %q, want %q", v, got, want)
 		}
 	})
+}
+
+// TestRandomRoundTrip: a session's randomness reads back as written, the
+// seed exactly (a JSON string), the draws byte for byte.
+func TestRandomRoundTrip(t *testing.T) {
+	in := &Session{V: 1, ID: "r", At: time.Unix(1, 0).UTC(),
+		Random: &Random{Seed: math.MaxUint64 - 1, Math: 2, MathV2: 5, Crypto: [][]byte{{1, 2, 3}, {0xff}, {}}}}
+	line, err := Marshal(in)
+	require.NoError(t, err)
+	require.Contains(t, string(line), `"random":{"seed":"18446744073709551614","math":2,"math_v2":5,"crypto":["AQID","/w==",""]}`)
+	out, err := Unmarshal(line)
+	require.NoError(t, err)
+	require.Equal(t, in.Random, out.Random)
+
+	old, err := Unmarshal([]byte(`{"v":1,"id":"o","at":"2026-01-01T00:00:00Z","inbound":{"proto":"http","start_ns":0,"dur_ns":0},"calls":[]}`))
+	require.NoError(t, err)
+	require.Nil(t, old.Random, "a session recorded without randomness has none")
 }

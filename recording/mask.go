@@ -33,6 +33,9 @@ const DefaultMaskReplacement = "***"
 //	regex PATTERN [REPLACEMENT]   every match of PATTERN (RE2 syntax, no spaces:
 //	                              write \s or \x20) in every payload; $1… in
 //	                              REPLACEMENT expand groups
+//	random crypto                 the crypto/rand draws a request made
+//	                              (RETRACE_RANDOM=all): removed from the session,
+//	                              which is marked masked
 //
 // REPLACEMENT is the rest of the line (default "***"). PATH is a JSON path:
 // $ then any of .name, ['name'], .*, [N], [*] and ..name (name at any
@@ -50,6 +53,12 @@ const DefaultMaskReplacement = "***"
 //	json $.payment.card.number [card]
 //	regex \b(?:\d[\s-]?){12,18}\d\b [card]
 //
+// The header, json and regex rules reach payloads only: the crypto/rand
+// draws a session holds (Session.Random) are the raw bytes the request
+// drew, before it encoded them (hex, base32, a UUID), and no text rule
+// can recognise them there; "random crypto" removes them all. The seed of
+// the math/rand sources is kept (math/rand is no source of secrets).
+//
 // HTTP messages are masked field by field, and Content-Length is fixed (a
 // chunked body becomes one chunk) when a body changes length; Redis bulk
 // strings and MySQL packets get their length prefixes fixed the same way
@@ -66,6 +75,8 @@ type Masker struct {
 	forms   map[string]string // form field name → replacement
 	paths   []pathRule
 	regexes []regexRule
+	// noCrypto removes the crypto/rand draws of every session ("random crypto")
+	noCrypto bool
 }
 
 type regexRule struct {
@@ -149,6 +160,11 @@ func (m *Masker) addRule(line string) error {
 		if len(segs) == 1 && (segs[0].kind == segKey || segs[0].kind == segDescend) {
 			m.forms[segs[0].name] = repl
 		}
+	case "random":
+		if arg != "crypto" || repl != DefaultMaskReplacement {
+			return fmt.Errorf("rule %q: want \"random crypto\"", line)
+		}
+		m.noCrypto = true
 	case "regex":
 		re, err := regexp.Compile(arg)
 		if err != nil {
@@ -156,7 +172,7 @@ func (m *Masker) addRule(line string) error {
 		}
 		m.regexes = append(m.regexes, regexRule{re: re, repl: []byte(repl)})
 	default:
-		return fmt.Errorf("unknown rule %q (want header, json or regex)", kind)
+		return fmt.Errorf("unknown rule %q (want header, json, regex or random)", kind)
 	}
 	return nil
 }
@@ -250,6 +266,12 @@ func (m *Masker) maskSession(s *Session) (changed bool, skipped int, why string)
 		call := &s.Calls[i]
 		one(call.Proto, &call.Request)
 		one(call.Proto, &call.Response)
+	}
+	if rr := s.Random; m != nil && m.noCrypto && rr != nil && len(rr.Crypto) > 0 {
+		masked := *rr
+		masked.Crypto, masked.Masked = nil, true
+		s.Random = &masked
+		changed = true
 	}
 	return changed, r.skipped, r.why
 }

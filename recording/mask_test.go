@@ -161,3 +161,28 @@ func FuzzMaskHTTP(f *testing.F) {
 		}
 	})
 }
+
+// TestMaskRandom: "random crypto" removes a session's crypto/rand draws and
+// marks it masked; the seed stays; text rules never touch the draws;
+// "random" with anything else is refused.
+func TestMaskRandom(t *testing.T) {
+	draws := [][]byte{[]byte("Bearer abc"), {0xff, 1}}
+	s := &Session{ID: "r", Random: &Random{Seed: 7, Math: 2, Crypto: draws}}
+	require.False(t, testMasker(t).MaskSession(s), "text rules changed the draws")
+	require.Equal(t, draws, s.Random.Crypto)
+
+	m, err := ParseMasker(strings.NewReader("random crypto\n"), "rules.txt")
+	require.NoError(t, err)
+	kept := s.Random
+	require.True(t, m.MaskSession(s))
+	require.Equal(t, &Random{Seed: 7, Math: 2, Masked: true}, s.Random)
+	require.Equal(t, draws, kept.Crypto, "the session's earlier Random is not modified")
+	require.False(t, m.MaskSession(s), "nothing left to mask")
+	require.False(t, m.MaskSession(&Session{ID: "n"}))
+
+	for _, bad := range []string{"random", "random math", "random crypto [x]"} {
+		_, err := ParseMasker(strings.NewReader(bad+"\n"), "rules.txt")
+		require.Error(t, err, bad)
+		require.Contains(t, err.Error(), "rules.txt:1", bad)
+	}
+}

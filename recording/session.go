@@ -43,6 +43,26 @@ type Session struct {
 	At         time.Time `json:"at"`
 	Inbound    Inbound   `json:"inbound"`
 	Calls      []Call    `json:"calls"`
+	// Random is what the request drew (RETRACE_RANDOM, DESIGN.md 14), nil
+	// when the agent left its randomness alone.
+	Random *Random `json:"random,omitempty"`
+}
+
+// Random is a recorded request's randomness: the seed its math/rand and
+// math/rand/v2 draws came from and how many it made of each, and its
+// crypto/rand draws in order (RETRACE_RANDOM=all). Replay hands them back
+// (Retrace-Replay-Seed, Retrace-Replay-Random).
+type Random struct {
+	Seed   uint64 `json:"seed,string"` // a string in JSON: exact in any reader
+	Math   uint64 `json:"math"`        // draws from math/rand's global source
+	MathV2 uint64 `json:"math_v2"`     // draws from math/rand/v2's
+	// Crypto holds the crypto/rand draws made on the request's goroutines
+	// outside Go's crypto packages, base64 in JSON. They are what the
+	// request generated: tokens, nonces, keys of its own.
+	Crypto [][]byte `json:"crypto,omitempty"`
+	// Masked reports that a masking rule ("random") removed the crypto
+	// draws: a replay draws real randomness there.
+	Masked bool `json:"masked,omitempty"`
 }
 
 // Inbound is the request the service received and the response it sent.

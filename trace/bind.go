@@ -21,6 +21,9 @@ type Trace struct {
 	// Arrived is when the agent saw the request (with a monotonic clock
 	// reading), so a mocked clock can add the time elapsed since.
 	Arrived time.Time
+	// Random is the request's randomness (RETRACE_RANDOM), nil when the
+	// agent leaves it alone: set by the agent before Bind.
+	Random *Random
 }
 
 // binding is one Bind: a trace attached to one goroutine and, through a
@@ -65,8 +68,9 @@ func bindingOfName(v string) *binding {
 }
 
 var (
-	bindings goTable      // goroutine id → binding made on that goroutine
-	live     atomic.Int64 // bindings not yet released
+	bindings   goTable      // goroutine id → binding made on that goroutine
+	live       atomic.Int64 // bindings not yet released
+	liveRandom atomic.Int64 // of those, bindings of traces with a Random
 )
 
 // Bind binds t to the calling goroutine, and sets a pprof label so that
@@ -106,6 +110,9 @@ func Bind(t *Trace) (release func()) {
 	}
 	runtime_setProfLabel(b.ourLabels)
 	live.Add(1)
+	if t.Random != nil {
+		liveRandom.Add(1)
+	}
 	return b.release
 }
 
@@ -113,7 +120,9 @@ func (b *binding) release() {
 	if !b.released.CompareAndSwap(false, true) {
 		return
 	}
-	b.trace.Store(nil)
+	if t := b.trace.Swap(nil); t != nil && t.Random != nil {
+		liveRandom.Add(-1)
+	}
 	live.Add(-1)
 
 	// Hand the goroutine's table entry back to the innermost binding this
@@ -255,3 +264,8 @@ func CurrentID() string {
 // Bound returns the number of live bindings: made by Bind, not yet
 // released. It is a gauge for counters and leak checks.
 func Bound() int { return int(live.Load()) }
+
+// RandomBound returns the number of live bindings of traces that carry a
+// Random: while it is zero no goroutine can find one, and the agent's
+// random doubles skip the trace lookup.
+func RandomBound() int { return int(liveRandom.Load()) }

@@ -52,8 +52,20 @@
 // bodies), removes every Retrace-* header line before the application
 // reads it — also when a line is split across reads at any byte — and
 // reports each request's head ([RequestHead]: Retrace-Trace-Id,
-// Retrace-Replay-Time, the W3C traceparent trace-id, method and target).
-// Anything that is not HTTP/1.x passes through unchanged.
+// Retrace-Replay-Time, Retrace-Replay-Seed and Retrace-Replay-Random, the
+// W3C traceparent trace-id, method and target). Anything that is not
+// HTTP/1.x passes through unchanged.
+//
+// # Randomness
+//
+// A [Random] is one request's randomness (RETRACE_RANDOM): the seed its
+// math/rand and math/rand/v2 draws come from, one SplitMix64 stream per
+// package numbered by an atomic counter, and its crypto/rand draws,
+// recorded in order or handed back in order on replay, with the
+// [Divergence] of each source that left its recording. [ReplaySeed],
+// [ParseReplaySeed], [AppendReplayRandom] and [ParseReplayRandom] are the
+// codecs of the replay headers (DESIGN.md 3.2); [RandomDst] names the
+// mock server's destination for divergence reports (3.3).
 //
 // # Outbound frames
 //

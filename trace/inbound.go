@@ -44,6 +44,10 @@ type RequestHead struct {
 	// BadReplayTime reports a Retrace-Replay-Time that was not a positive
 	// decimal integer; it was stripped and ignored.
 	BadReplayTime bool
+	// Random holds Retrace-Replay-Seed and Retrace-Replay-Random; nil
+	// when the request carries neither (a pointer, made only then, keeps
+	// the head as small as it was).
+	Random *ReplayHeaders
 	// BadValue is the value of the last rejected Retrace-* header, cut to
 	// 80 bytes, for the caller's log line.
 	BadValue string
@@ -55,6 +59,26 @@ type RequestHead struct {
 	Method, Path string
 	// Stripped counts the Retrace-* header lines removed from this request.
 	Stripped int
+}
+
+// ReplayHeaders are the values of a replayed request's Retrace-Replay-Seed
+// and Retrace-Replay-Random as sent (ParseReplaySeed and ParseReplayRandom
+// read them), "" when absent.
+type ReplayHeaders struct {
+	Seed   string
+	Random string // kept up to MaxReplayRandom bytes
+	// BadRandom reports a Retrace-Replay-Random longer than that, dropped.
+	BadRandom bool
+
+	buf []byte // the Random value being read byte-wise
+}
+
+// replay returns the head's ReplayHeaders, made on first use.
+func (h *RequestHead) replay() *ReplayHeaders {
+	if h.Random == nil {
+		h.Random = &ReplayHeaders{}
+	}
+	return h.Random
 }
 
 // InboundParser follows the bytes a client sends on one accepted
@@ -155,6 +179,8 @@ const (
 	hTraceParent
 	hRetraceTraceID
 	hRetraceReplayTime
+	hRetraceReplaySeed
+	hRetraceReplayRandom
 	hRetraceOther
 )
 
@@ -610,7 +636,12 @@ func (p *InboundParser) wholeLine(i int, f *feed) (next int, ok bool) {
 			}
 			v = line[colon+1:]
 		}
-		v, long := capValue(v)
+		long := false
+		if p.hdr != hRetraceReplayRandom {
+			v, long = capValue(v)
+		} else if len(v) > MaxReplayRandom {
+			v, long = v[:0], true
+		}
 		p.headerDone(v, long, true)
 		return next, true
 	}
@@ -760,6 +791,15 @@ func (p *InboundParser) addNameBytes(b []byte) {
 }
 
 func (p *InboundParser) addValue(b []byte) {
+	if p.hdr == hRetraceReplayRandom {
+		r := p.head.replay()
+		if len(r.buf)+len(b) > MaxReplayRandom {
+			p.long = true
+			return
+		}
+		r.buf = append(r.buf, b...)
+		return
+	}
 	n := copy(p.val[p.nval:], b)
 	p.nval += n
 	if n < len(b) {
@@ -801,9 +841,16 @@ func kindOf(name []byte) hdrKind {
 		if equalFold(name, "retrace-trace-id") {
 			return hRetraceTraceID
 		}
-	case len("retrace-replay-time"):
+	case len("retrace-replay-time"): // and retrace-replay-seed
 		if equalFold(name, "retrace-replay-time") {
 			return hRetraceReplayTime
+		}
+		if equalFold(name, "retrace-replay-seed") {
+			return hRetraceReplaySeed
+		}
+	case len("retrace-replay-random"):
+		if equalFold(name, "retrace-replay-random") {
+			return hRetraceReplayRandom
 		}
 	}
 	return hOther
@@ -814,6 +861,13 @@ func kindOf(name []byte) hdrKind {
 func (p *InboundParser) endHeader() {
 	strip := p.state == sStripValue || p.state == sStripName
 	v, long := p.val[:p.nval], p.long
+	if p.hdr == hRetraceReplayRandom {
+		r := p.head.replay()
+		v, r.buf = r.buf, nil
+		if long {
+			v = v[:0]
+		}
+	}
 	p.nval, p.nname, p.long = 0, 0, false
 	p.headerDone(v, long, strip)
 }
@@ -863,6 +917,16 @@ func (p *InboundParser) headerDone(v []byte, long, strip bool) {
 			p.head.BadValue = cut(v, long)
 		} else {
 			p.head.ReplayTime = time.Unix(0, n)
+		}
+	case hRetraceReplaySeed:
+		if !long {
+			p.head.replay().Seed = string(v)
+		}
+	case hRetraceReplayRandom:
+		if long {
+			p.head.replay().BadRandom = true
+		} else {
+			p.head.replay().Random = string(v)
 		}
 	}
 }

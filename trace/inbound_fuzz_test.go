@@ -20,6 +20,8 @@ func FuzzInboundParser(f *testing.F) {
 		"POST / HTTP/1.1\r\nContent-Length: 3\r\nRetrace-Trace-Id: x\r\n\r\nabc",
 		"\x16\x03\x01\x00\x05hello",
 		"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+		"GET / HTTP/1.1\r\nRetrace-Replay-Seed: 7/1/0\r\nRetrace-Replay-Random: AQID,/w==," + strings.Repeat("QUJD", 40) + "\r\n\r\n",
+		"GET / HTTP/1.1\r\nRetrace-Replay-Random: AQID\r\n folded\r\n\r\n",
 	} {
 		f.Add([]byte(s), uint16(len(s)/3), uint16(len(s)/3))
 	}

@@ -3,7 +3,7 @@ package trace
 import (
 	"bytes"
 	"fmt"
-	"slices"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +50,7 @@ func feedAll(t testing.TB, chunks ...[]byte) ([]byte, []event, *InboundParser) {
 		if !bytes.Equal(out, qout) {
 			t.Fatalf("Feed(%q): %q, in place %q", c, out, qout)
 		}
-		if !slices.Equal(evs, qevs) {
+		if !reflect.DeepEqual(evs, qevs) {
 			t.Fatalf("Feed(%q): requests %+v, in place %+v", c, evs, qevs)
 		}
 		if len(out) > len(c)+MaxHeld {
@@ -245,6 +245,10 @@ func assertHead(t *testing.T, i int, got, want RequestHead) {
 		t.Errorf("request %d: ReplayTime %v, want %v", i, got.ReplayTime, want.ReplayTime)
 	}
 	got.ReplayTime, want.ReplayTime = time.Time{}, time.Time{}
+	if !reflect.DeepEqual(got.Random, want.Random) {
+		t.Errorf("request %d: Random %+v, want %+v", i, got.Random, want.Random)
+	}
+	got.Random, want.Random = nil, nil
 	if got != want {
 		t.Errorf("request %d:\n got %+v\nwant %+v", i, got, want)
 	}
@@ -410,4 +414,42 @@ func TestInboundParserNoPath(t *testing.T) {
 	p := InboundParser{NoPath: true}
 	p.Feed(nil, []byte("HELLO world"), nil)
 	assert.False(t, p.LikelyHTTP(), "a target not like one")
+}
+
+// TestInboundParserReplayRandom: Retrace-Replay-Seed and
+// Retrace-Replay-Random are stripped and kept as sent, however the stream
+// is cut, also a value far longer than the other headers' bound, on lines
+// read whole and byte by byte; a Random value over MaxReplayRandom is
+// stripped and flagged.
+func TestInboundParserReplayRandom(t *testing.T) {
+	long := strings.Repeat("QUJD,", 300) + "QUJD"
+	in := []byte("GET /a HTTP/1.1\r\nRetrace-Trace-Id: r1\r\nretrace-replay-seed: 12345/3/0\r\nRETRACE-REPLAY-RANDOM: " + long +
+		"\r\nHost: x\r\n\r\n" + "GET /b HTTP/1.1\r\nRetrace-Replay-Random:  AQID \r\n\r\n" + "GET /c HTTP/1.1\r\n\r\n")
+	const clean = "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\n\r\nGET /c HTTP/1.1\r\n\r\n"
+	want := []*ReplayHeaders{{Seed: "12345/3/0", Random: long}, {Random: "AQID"}, nil}
+	check := func(name string, chunks ...[]byte) {
+		t.Helper()
+		out, evs, _ := feedAll(t, chunks...)
+		require.Equal(t, clean, string(out), name)
+		require.Len(t, evs, 3, name)
+		for i, ev := range evs {
+			require.Equal(t, want[i], ev.head.Random, "%s: request %d", name, i)
+		}
+	}
+	check("whole", in)
+	for i := 0; i <= len(in); i += 7 {
+		check(fmt.Sprintf("split at %d", i), in[:i], in[i:])
+	}
+	var bytewise [][]byte
+	for i := range in {
+		bytewise = append(bytewise, in[i:i+1])
+	}
+	check("one byte per read", bytewise...)
+
+	over := []byte("GET / HTTP/1.1\r\nRetrace-Replay-Random: " + strings.Repeat("A", MaxReplayRandom+1) + "\r\n\r\n")
+	for _, chunks := range [][][]byte{{over}, {over[:30], over[30:]}} {
+		out, evs, _ := feedAll(t, chunks...)
+		require.Equal(t, "GET / HTTP/1.1\r\n\r\n", string(out))
+		require.Equal(t, &ReplayHeaders{BadRandom: true}, evs[0].head.Random)
+	}
 }

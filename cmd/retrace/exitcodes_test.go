@@ -234,3 +234,37 @@ func TestExitCodes(t *testing.T) {
 		}
 	}
 }
+
+// RETRACE_MOCK_ADMIN_TOKEN is the admin token of retrace mock (so an
+// admin address beyond loopback is accepted) and is never printed.
+func TestMockAdminTokenFromEnvironment(t *testing.T) {
+	recs := t.TempDir()
+	const secret = "env-secret-token"
+	env := func(k string) string {
+		if k == mockTokenEnv {
+			return secret
+		}
+		return ""
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"mock", "--recordings", recs, "--listen", "127.0.0.1:0", "--admin", "0.0.0.0:0"}, 0},
+		{[]string{"mock", "--help"}, 0},
+		{[]string{"replay", "--help"}, 0},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		stop := time.AfterFunc(500*time.Millisecond, cancel)
+		var out, errb bytes.Buffer
+		code := run(ctx, &proc{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: env}, c.args)
+		stop.Stop()
+		cancel()
+		if code != c.code {
+			t.Errorf("retrace %s: exit %d, want %d\n%s", strings.Join(c.args, " "), code, c.code, errb.String())
+		}
+		if strings.Contains(out.String()+errb.String(), secret) {
+			t.Errorf("retrace %s printed the token", strings.Join(c.args, " "))
+		}
+	}
+}

@@ -108,8 +108,8 @@ func runMock(ctx context.Context, p *proc, args []string) error {
 	traceTTL := fs.Duration("trace-ttl", mockserver.DefaultTraceTTL, "drop a trace's state and alias once unused this long (0: keep until deleted)")
 	maxTraces := fs.Int("max-traces", mockserver.DefaultMaxTraces, "traces with state; beyond it the least recently used are dropped (0: no bound)")
 	maxAliases := fs.Int("max-aliases", mockserver.DefaultMaxAliases, "aliases registered at once; more are refused with 503 (0: no bound)")
-	adminToken := fs.String("admin-token", p.Getenv(mockTokenEnv), "token every admin request but GET /healthz must send as 'Authorization: Bearer TOKEN'; "+
-		"required when --admin is not a loopback address; default $"+mockTokenEnv)
+	adminToken := fs.String("admin-token", "", "token every admin request but GET /healthz must send as 'Authorization: Bearer TOKEN'; "+
+		"required when --admin is not a loopback address (default: $"+mockTokenEnv+")")
 	adminRead := fs.Duration("admin-read-timeout", mockserver.DefaultAdminReadTimeout, "longest an admin request may take to arrive, headers and body")
 	adminWrite := fs.Duration("admin-write-timeout", mockserver.DefaultAdminWriteTimeout, "longest an admin answer may take to be written")
 	logEvery := fs.Duration("log-window", mockserver.DefaultLogWindow, "repeated log lines: each message at most --log-burst times per window, then a count (0: log every line)")
@@ -162,6 +162,9 @@ func runMock(ctx context.Context, p *proc, args []string) error {
 		MaxFrame: *maxFrame, Logger: log, CausalWait: *causal}
 	cfg.MaxConns, cfg.TraceTTL, cfg.MaxTraces, cfg.MaxAliases = *maxConns, *traceTTL, *maxTraces, *maxAliases
 	cfg.AdminToken, cfg.AdminReadTimeout, cfg.AdminWriteTimeout = *adminToken, *adminRead, *adminWrite
+	if cfg.AdminToken == "" {
+		cfg.AdminToken = p.Getenv(mockTokenEnv) // read here, not as the flag's default: --help must not print it
+	}
 	cfg.LogWindow, cfg.LogBurst = *logEvery, *logBurst
 	// Config's zero means the default; a flag's zero means off (or no
 	// bound), which Config spells negative.

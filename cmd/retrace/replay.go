@@ -66,7 +66,7 @@ func runReplay(ctx context.Context, p *proc, args []string) error {
 	recordings := fs.String("recordings", "", "recordings: a directory, file://DIR, redis://HOST:PORT/N or an object-storage URL (required)")
 	target := fs.String("target", "", "base URL of the build under test, e.g. http://127.0.0.1:8080 (required)")
 	mockAdmin := fs.String("mock-admin", "", "admin API URL of the mock server answering the target's downstream calls; empty: no downstream diff")
-	mockToken := fs.String("mock-admin-token", p.Getenv(mockTokenEnv), "token the mock admin API wants (the mock's --admin-token); default $"+mockTokenEnv)
+	mockToken := fs.String("mock-admin-token", "", "token the mock admin API wants (the mock's --admin-token; default: $"+mockTokenEnv+")")
 	concurrency := fs.Int("concurrency", regress.DefaultConcurrency, "sessions in flight at once (and connections per target)")
 	reportDir := fs.String("report", "retrace-report", "directory for summary.json, junit.xml, report.html, sessions.jsonl")
 	var apis, ids replayList
@@ -113,6 +113,9 @@ func runReplay(ctx context.Context, p *proc, args []string) error {
 		return usageError("--since %s is not before --until %s", since.String(), until.String())
 	case *baselineAdmin != "" && *baseline == "":
 		return usageError("--baseline-mock-admin needs --baseline")
+	}
+	if *mockToken == "" {
+		*mockToken = p.Getenv(mockTokenEnv) // not the flag's default: --help must not print it
 	}
 	var rules *diff.Rules
 	if *rulesFile != "" {

@@ -63,8 +63,9 @@ type Recorder struct {
 }
 
 var (
-	_ hook.Recorder = (*Recorder)(nil)
-	_ hook.PathUser = (*Recorder)(nil)
+	_ hook.Recorder       = (*Recorder)(nil)
+	_ hook.PathUser       = (*Recorder)(nil)
+	_ hook.RandomRecorder = (*Recorder)(nil)
 )
 
 // New returns a Recorder that submits to cfg.Pipeline.
@@ -217,18 +218,20 @@ type active struct {
 	resp   payload
 	framer http1.Response
 
-	trace         string    // W3C trace-id of the request's traceparent, or ""
-	at            time.Time // wall clock at the request's start
-	start         int64     // Recorder.now at the request's start
-	in            *inbound  // the connection the request came on
-	local, remote string
+	trace  string        // W3C trace-id of the request's traceparent, or ""
+	random *trace.Random // what the request draws (RETRACE_RANDOM), or nil
+	at     time.Time     // wall clock at the request's start
+	start  int64         // Recorder.now at the request's start
+	in     *inbound      // the connection the request came on
+	// conn is the inbound connection (its Local and Remote, which never
+	// change, go into the session): one word where the two strings took
+	// four, so random and trace fit in six cache lines
+	conn *hook.ConnInfo
 
 	// next is the session of the next sampled request on the same
 	// connection, pipelined behind this one (its head read before this
 	// one's response began); guarded by in.mu.
 	next *active
-
-	_ [48]byte // the size a multiple of 64 (TestHotFieldsInOneLine)
 }
 
 // answering reports whether the final response has begun: an interim
@@ -269,7 +272,7 @@ func (r *Recorder) StartRequest(c *hook.ConnInfo, head trace.RequestHead) string
 	// one reading of the clock for both: At + a call's StartNs must place
 	// the call on the wall clock even if the goroutine is preempted here
 	now := time.Now()
-	a := &active{at: now, start: int64(now.Sub(r.base)), in: ic, local: c.Local, remote: c.Remote}
+	a := &active{at: now, start: int64(now.Sub(r.base)), in: ic, conn: c}
 	a.framer.NoBody = head.Method == "HEAD"
 	// The session id is fresh for every request: the requests of one
 	// distributed trace share its traceparent, which the session keeps as
@@ -342,6 +345,27 @@ func inboundSession(c *hook.ConnInfo, tid string) *active {
 		return ic.session(tid)
 	}
 	return nil
+}
+
+// RandomStarted keeps the request's randomness with its session, to store
+// when the session ends.
+func (r *Recorder) RandomStarted(c *hook.ConnInfo, tid string, rnd *trace.Random) {
+	a := inboundSession(c, tid)
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	a.random = rnd
+	a.mu.Unlock()
+}
+
+// recordedRandom is what a session stores of the request's randomness.
+func recordedRandom(rnd *trace.Random) *recording.Random {
+	if rnd == nil {
+		return nil
+	}
+	return &recording.Random{Seed: rnd.Seed, Math: rnd.MathDraws(trace.MathRand), MathV2: rnd.MathDraws(trace.MathRandV2),
+		Crypto: rnd.Draws()}
 }
 
 // InboundRead adds request bytes to the session.
@@ -436,15 +460,17 @@ func (r *Recorder) finish(a *active) {
 	}
 	calls := a.calls
 	a.calls = nil
+	rnd := a.random
 	s := &recording.Session{
 		V: recording.SchemaVersion, ID: a.id, Trace: a.trace, App: r.app, At: a.at,
-		Inbound: recording.Inbound{Proto: recording.ProtoHTTP, Local: a.local, Remote: a.remote,
+		Inbound: recording.Inbound{Proto: recording.ProtoHTTP, Local: a.conn.Local, Remote: a.conn.Remote,
 			Request: a.req.view(), Response: a.resp.view(), DurNs: end - a.start,
 			RequestTruncated: a.req.truncated, ResponseTruncated: a.resp.truncated},
 	}
 	a.mu.Unlock()
 	r.forgetActive(a)
 	s.Calls = snapshotCalls(calls, a.start)
+	s.Random = recordedRandom(rnd)
 	r.pipe.Submit(s)
 	if r.bg.due(end) {
 		r.flushBackground(end, false)

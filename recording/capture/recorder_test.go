@@ -670,3 +670,25 @@ func TestConnInfoOfTheOtherKind(t *testing.T) {
 	}, "an accepted connection")
 	r.InboundWrite(inConn, tid, []byte(okResp))
 }
+
+// TestRecorderKeepsRandomness: a session stores the randomness its request
+// drew (seed, math draws per source, crypto draws in order), read when the
+// session ends; a request the agent gave no randomness stores none.
+func TestRecorderKeepsRandomness(t *testing.T) {
+	r, out := newTestRecorder(t, 1, -1)
+	rnd := trace.NewRecordRandom(77, true)
+	tid := request(t, r, inConn, trace.RequestHead{}, func(tid string) {
+		r.RandomStarted(inConn, tid, rnd)
+		rnd.Uint64(trace.MathRandV2)
+		rnd.Uint64(trace.MathRand)
+		rnd.Uint64(trace.MathRand)
+		rnd.Record([]byte{1, 2, 3})
+		rnd.Record([]byte("uuid-bytes-16..."))
+	})
+	plain := request(t, r, inConn, trace.RequestHead{}, func(string) {})
+	r.RandomStarted(inConn, "no-such-trace", rnd) // ignored
+	settle(t, r)
+	require.Equal(t, &recording.Random{Seed: 77, Math: 2, MathV2: 1, Crypto: [][]byte{{1, 2, 3}, []byte("uuid-bytes-16...")}},
+		out.byID(tid).Random)
+	require.Nil(t, out.byID(plain).Random)
+}

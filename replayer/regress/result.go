@@ -26,6 +26,10 @@ const (
 const (
 	InResponse   = "response"
 	InDownstream = "downstream"
+	// InRandom: the replay drew randomness its recording does not have
+	// (RETRACE_RANDOM): Path names the source and the draw number, from 1
+	// ("crypto/rand[3]"), from which on it got real randomness.
+	InRandom = "random"
 )
 
 // Finding is one difference of a replay, placed in the response or in a

@@ -216,6 +216,9 @@ func runPool[T any](ctx context.Context, r *runner, pick func(*recording.Session
 			w := &worker{clients: map[*side]*client{}}
 			defer w.close()
 			for j := range jobs {
+				if ctx.Err() != nil {
+					continue // stopped: a job not begun is no result (the run says it is incomplete)
+				}
 				outs <- do(ctx, w, j)
 			}
 		}()
@@ -300,7 +303,7 @@ func (r *runner) replay(ctx context.Context, w *worker, sd *side, s *recording.S
 	if s.At.IsZero() {
 		at = 0
 	}
-	a.resp, a.err = w.client(sd, r.cfg.Timeout).do(ctx, s.Inbound.Request, a.trace, at)
+	a.resp, a.err = w.client(sd, r.cfg.Timeout).do(ctx, s.Inbound.Request, a.trace, replayed{time: at, random: s.Random})
 	if sd.admin != nil {
 		rep, err := sd.admin.report(ctx, a.trace)
 		if err != nil && a.err == nil {
@@ -387,6 +390,10 @@ func (r *runner) judge(api string, s *recording.Session, rec *http1.ParsedRespon
 	}
 	if a.report == nil {
 		return out, nil
+	}
+	for _, d := range a.report.Random {
+		out = append(out, Finding{Where: InRandom, Difference: diff.Difference{
+			Path: fmt.Sprintf("%s[%d]", d.Source, d.Draw), Kind: diff.Added, Note: "randomness diverged: " + d.Reason}})
 	}
 	fs, calls := downstream(r.cfg.Rules, api, s, a.report)
 	return append(out, fs...), calls

@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/retrace-dev/retrace/wire/http1"
 	"io"
 	"net"
 	"net/url"
@@ -15,13 +14,46 @@ import (
 	"strings"
 	"time"
 
+	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/trace"
+	"github.com/retrace-dev/retrace/wire/http1"
 )
 
 // Header names of DESIGN.md 3.2.
 const (
-	TraceHeader      = "Retrace-Trace-Id"
-	ReplayTimeHeader = "Retrace-Replay-Time"
+	TraceHeader        = "Retrace-Trace-Id"
+	ReplayTimeHeader   = "Retrace-Replay-Time"
+	ReplaySeedHeader   = "Retrace-Replay-Seed"
+	ReplayRandomHeader = "Retrace-Replay-Random"
 )
+
+// replayed is what a replayed request carries of its recording besides its
+// bytes: the recorded time and randomness (DESIGN.md 3.2).
+type replayed struct {
+	time   int64             // unix ns, 0 for none
+	random *recording.Random // nil for none
+}
+
+// appendRandom appends the Retrace-Replay-Seed and Retrace-Replay-Random
+// header lines of r (each with its leading CRLF). Draws that do not fit
+// the agent's bound are not sent: the replay diverges there, and says so.
+func appendRandom(dst []byte, r *recording.Random) []byte {
+	if r == nil {
+		return dst
+	}
+	dst = append(dst, "\r\n"+ReplaySeedHeader+": "...)
+	dst = append(dst, trace.ReplaySeed{Seed: r.Seed, Draws: &[2]uint64{r.Math, r.MathV2}}.String()...)
+	if len(r.Crypto) == 0 {
+		return dst
+	}
+	dst = append(dst, "\r\n"+ReplayRandomHeader+": "...)
+	start := len(dst)
+	dst = trace.AppendReplayRandom(dst, r.Crypto)
+	if len(dst)-start > trace.MaxReplayRandom {
+		dst = dst[:start-len("\r\n"+ReplayRandomHeader+": ")]
+	}
+	return dst
+}
 
 // target is where replayed requests go: one parsed --target or --baseline.
 type target struct {
@@ -62,7 +94,7 @@ func hostPort(u *url.URL, port string) string {
 // buildRequest rewrites a recorded request for t: the Retrace headers are
 // inserted right after the request line, Host names the target, Retrace-*
 // headers of the recording are dropped, and the body is kept byte for byte.
-func (t *target) buildRequest(dst, raw []byte, traceID string, replayTime int64) ([]byte, string, error) {
+func (t *target) buildRequest(dst, raw []byte, traceID string, rp replayed) ([]byte, string, error) {
 	// Lines end in LF with an optional CR, as HTTP servers read them; the
 	// header ends at the first empty line.
 	line, rest, ok := bytes.Cut(raw, []byte("\n"))
@@ -96,10 +128,11 @@ func (t *target) buildRequest(dst, raw []byte, traceID string, replayTime int64)
 	dst = append(dst, f[2]...)
 	dst = append(dst, "\r\n"+TraceHeader+": "...)
 	dst = append(dst, traceID...)
-	if replayTime != 0 {
+	if rp.time != 0 {
 		dst = append(dst, "\r\n"+ReplayTimeHeader+": "...)
-		dst = strconv.AppendInt(dst, replayTime, 10)
+		dst = strconv.AppendInt(dst, rp.time, 10)
 	}
+	dst = appendRandom(dst, rp.random)
 	dst = append(dst, "\r\n"...)
 	sawHost := false
 	body, complete := []byte(nil), false
@@ -187,8 +220,8 @@ func (c *client) dial(ctx context.Context) error {
 // do sends one recorded request and reads the response. A request that
 // fails on a reused connection before any response byte arrived (the
 // server closed it while idle) is sent once more on a new connection.
-func (c *client) do(ctx context.Context, raw []byte, traceID string, replayTime int64) (*http1.ParsedResponse, error) {
-	req, method, err := c.t.buildRequest(c.buf[:0], raw, traceID, replayTime)
+func (c *client) do(ctx context.Context, raw []byte, traceID string, rp replayed) (*http1.ParsedResponse, error) {
+	req, method, err := c.t.buildRequest(c.buf[:0], raw, traceID, rp)
 	if err != nil {
 		return nil, err
 	}

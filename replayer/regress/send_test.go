@@ -21,7 +21,7 @@ func TestBuildRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw := "POST /orders?x=1 HTTP/1.1\r\nHost: shop.internal\r\nretrace-trace-id: old\r\nContent-Length: 2\r\n\r\n{}"
-	got, method, err := tg.buildRequest(nil, []byte(raw), "t1", 42)
+	got, method, err := tg.buildRequest(nil, []byte(raw), "t1", replayed{time: 42})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,12 +30,22 @@ func TestBuildRequest(t *testing.T) {
 		t.Errorf("got %q (%s)\nwant %q", got, method, want)
 	}
 	tg, _ = parseTarget("http://h:1")
-	got, _, _ = tg.buildRequest(nil, []byte("GET / HTTP/1.1\r\n\r\n"), "t", 0)
+	got, _, _ = tg.buildRequest(nil, []byte("GET / HTTP/1.1\r\n\r\n"), "t", replayed{})
 	if string(got) != "GET / HTTP/1.1\r\nRetrace-Trace-Id: t\r\nHost: h:1\r\n\r\n" {
 		t.Errorf("no Host in recording: %q", got)
 	}
+	got, _, _ = tg.buildRequest(nil, []byte("GET / HTTP/1.1\r\n\r\n"), "t",
+		replayed{random: &recording.Random{Seed: 1 << 63, Math: 2, MathV2: 1, Crypto: [][]byte{{1, 2, 3}, {0xff}}}})
+	if want := "GET / HTTP/1.1\r\nRetrace-Trace-Id: t\r\nRetrace-Replay-Seed: 9223372036854775808/2/1\r\nRetrace-Replay-Random: AQID,/w==\r\nHost: h:1\r\n\r\n"; string(got) != want {
+		t.Errorf("randomness:\ngot  %q\nwant %q", got, want)
+	}
+	huge := &recording.Random{Seed: 5, Crypto: [][]byte{make([]byte, 50<<10)}}
+	got, _, _ = tg.buildRequest(nil, []byte("GET / HTTP/1.1\r\n\r\n"), "t", replayed{random: huge})
+	if want := "GET / HTTP/1.1\r\nRetrace-Trace-Id: t\r\nRetrace-Replay-Seed: 5/0/0\r\nHost: h:1\r\n\r\n"; string(got) != want {
+		t.Errorf("draws over the agent's bound are not sent:\ngot  %.200q\nwant %q", got, want)
+	}
 	for _, bad := range []string{"GET / HTTP/1.1\r\nHost: x\r\n", "NOT HTTP\r\n\r\n", "GET / HTTP/2\r\n\r\n"} {
-		if _, _, err := tg.buildRequest(nil, []byte(bad), "t", 0); err == nil {
+		if _, _, err := tg.buildRequest(nil, []byte(bad), "t", replayed{}); err == nil {
 			t.Errorf("buildRequest(%q) succeeded", bad)
 		}
 	}
@@ -47,7 +57,7 @@ func FuzzBuildRequest(f *testing.F) {
 	f.Add([]byte("GET / HTTP/1.1\r\nX: \r\n\r\n"))
 	tg, _ := parseTarget("http://127.0.0.1:9/p")
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		out, _, err := tg.buildRequest(nil, raw, "trace-1", 7)
+		out, _, err := tg.buildRequest(nil, raw, "trace-1", replayed{time: 7})
 		if err != nil {
 			return
 		}

@@ -55,6 +55,27 @@ func TestDemo(t *testing.T) {
 	if changed.Sessions != 300 || changed.Failed == 0 || changed.Errors != 0 {
 		t.Errorf("changed-build summary: %d sessions, %d passed, %d failed, %d errors", changed.Sessions, changed.Passed, changed.Failed, changed.Errors)
 	}
+	// the pricing service is HTTPS: its calls are recorded in plaintext,
+	// marked TLS, and no TLS record was recorded
+	recs, err := filepath.Glob(filepath.Join(dir, "recordings", "*"))
+	if err != nil || len(recs) == 0 {
+		t.Errorf("no recordings in %s: %v", dir, err)
+	}
+	var tlsCalls int
+	for _, f := range recs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range bytes.Lines(b) {
+			if bytes.Contains(line, []byte(`"tls":true`)) && bytes.Contains(line, []byte(`GET /price?`)) {
+				tlsCalls++
+			}
+		}
+	}
+	if tlsCalls == 0 {
+		t.Error("no session has a pricing call recorded in plaintext and marked tls")
+	}
 	for _, f := range []string{"replay-report/report.html", "load/requests.jsonl", "load/results/shard-0-of-1/results.json"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Error(err)

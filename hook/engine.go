@@ -37,6 +37,7 @@ type engine struct {
 	l     *netLayout
 	log   *slog.Logger
 	clock bool // time.Now is patched: Arrived uses realNow
+	tls   bool // crypto/tls is hooked: HTTPS requests may carry their trace in-band
 
 	random                     RandomMode
 	mathPatched, cryptoPatched bool // the sources of RETRACE_RANDOM that are patched
@@ -45,6 +46,7 @@ type engine struct {
 
 	conns    connTable
 	connects pendingConnects
+	tlsOther sync.Map // TLS connections over other net.Conns (otherTLSState), by address
 	nextID   atomic.Uint64
 	reported sync.Map // report keys already logged
 }
@@ -120,7 +122,9 @@ type connState struct {
 	// the mock server; dst is where the application meant it to go.
 	redirect bool
 	// broken is set after a hook panicked on this connection: from then on
-	// its bytes pass unchanged (framed with no trace when redirected).
+	// its bytes pass unchanged (framed with no trace when redirected). It
+	// is also set on a connection that carries TLS whose plaintext the TLS
+	// hooks follow (tlsSt): its own bytes are not reported.
 	broken atomic.Bool
 	// passed is set once the outbound stream gave up on HTTP (and holds
 	// nothing): writes then skip it (see publish).
@@ -135,10 +139,17 @@ type connState struct {
 	untraced atomic.Int32
 	// gone is set when the state leaves the table (see connTable.get).
 	gone atomic.Bool
+	// tls marks the state of a TLS connection (see tls.go): its own bytes
+	// are the plaintext, read and written through tc.
+	tls bool
 
 	rmu     sync.Mutex // read side: rd, pending
 	rd      *stream    // inbound: the request parser
 	pending []byte     // parsed bytes that did not fit the reader's buffer
+	// h2 is an inbound connection's HTTP/2 state (h2.go): nil before its
+	// first read (or a provisional state of the server's early writes),
+	// h2Not once it is not HTTP/2. Next to rd: every inbound read loads it.
+	h2 atomic.Pointer[h2In]
 
 	cur atomic.Pointer[trace.Trace] // inbound: trace of the current request, nil for none
 	srv serving                     // inbound: the request being served, those waiting (serving.go)
@@ -152,11 +163,14 @@ type connState struct {
 	info ConnInfo
 	dst  string
 
+	tc    unsafe.Pointer            // the *tls.Conn of a TLS connection's state
+	tlsSt atomic.Pointer[connState] // the TLS connection over this one, if any
+
 	_ [connStatePad]byte
 }
 
 // connStatePad rounds connState up to 384 bytes on 64-bit platforms.
-const connStatePad = 40 * (^uintptr(0) >> 63)
+const connStatePad = 8 * (^uintptr(0) >> 63)
 
 // publish sets passed once the outbound stream has given up on HTTP;
 // called under wmu after a feed.
@@ -547,8 +561,12 @@ func (e *engine) forget(st *connState) {
 		}
 	}()
 	st.unbind()
+	st.h2.Load().closed()
 	if e.cfg.Mode == Record {
 		e.cfg.Recorder.Closed(&st.info)
+	}
+	if t := st.tlsSt.Swap(nil); t != nil {
+		e.forget(t)
 	}
 }
 
@@ -557,5 +575,10 @@ func (e *engine) shutdown() {
 	for _, st := range e.conns.drain() {
 		e.forget(st)
 	}
+	e.tlsOther.Range(func(k, v any) bool {
+		e.tlsOther.Delete(k)
+		e.forget(v.(*connState))
+		return true
+	})
 	e.div.close()
 }

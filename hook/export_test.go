@@ -2,7 +2,9 @@ package hook
 
 import (
 	"net"
+	"reflect"
 	"testing"
+	"unsafe"
 )
 
 // NoDenseIndex makes the engines installed until t ends find connections
@@ -15,6 +17,37 @@ func NoDenseIndex(t testing.TB) {
 
 // ServeTCP is serveTCP, for the tests of package hook_test.
 func ServeTCP(t *testing.T, handle func(net.Conn)) string { return serveTCP(t, handle) }
+
+// PatchGRPC patches grpc-go's outgoing metadata as Install does in replay
+// mode, with an engine active that only the patch consults, until t ends.
+func PatchGRPC(t testing.TB) {
+	tg, err := grpcTarget()
+	if err != nil {
+		t.Fatal(err)
+	}
+	undo, err := apply(tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !active.CompareAndSwap(nil, &engine{}) {
+		undo()
+		t.Fatal("an engine is active")
+	}
+	t.Cleanup(func() {
+		active.Store(nil)
+		undo()
+	})
+}
+
+// ForceTLSPanic makes every TLS hook panic where it looks up its
+// connection, until t ends.
+func ForceTLSPanic(t testing.TB) {
+	tlsStatePanic.Store(true)
+	t.Cleanup(func() { tlsStatePanic.Store(false) })
+}
+
+// MethodWord is methodWord, for the tests of package hook_test.
+func MethodWord(t reflect.Type, name string) unsafe.Pointer { return methodWord(t, name) }
 
 // RandomFuncs returns the code addresses of the functions RandomAll
 // patches.

@@ -65,6 +65,16 @@ func Install(cfg Config) (undo func(), err error) {
 	if !rc.NoHTTP {
 		optional = append(optional, transportTarget)
 	}
+	if !rc.NoGRPC {
+		optional = append(optional, grpcReadTarget)
+		if rc.Mode == Replay {
+			// Record mode would need the in-band field removed from
+			// the connection's header blocks before the real peer sees
+			// them (inband.Rewriter), which the write hook does not do
+			// yet.
+			optional = append(optional, grpcTarget)
+		}
+	}
 	// Randomness: optional too, each source on its own.
 	var randomTargets []func() ([]target, error)
 	if rc.Random != RandomOff {
@@ -103,8 +113,19 @@ func Install(cfg Config) (undo func(), err error) {
 				continue
 			}
 		}
+		if errors.Is(err, errNotLinked) {
+			continue // nothing to patch: the program does not use it
+		}
 		refused = append(refused, err.Error())
 		e.log.Error("retrace: function left unpatched", "err", err)
+	}
+	if !rc.NoTLS {
+		if err := installTLS(&undos, &patched); err != nil {
+			refused = append(refused, err.Error())
+			e.log.Error("retrace: TLS left unhooked: its connections are followed as TCP", "err", err)
+		} else {
+			e.tls = true
+		}
 	}
 	for i, mk := range randomTargets {
 		ts, err := mk()
@@ -158,4 +179,30 @@ func Install(cfg Config) (undo func(), err error) {
 			installed = false
 		})
 	}, nil
+}
+
+// installTLS patches crypto/tls (tls.go): the three patches or none, since
+// a handshake hooked without the Read and Write hooks would leave a
+// replayed connection without TLS to speak.
+func installTLS(undos *[]func(), patched *[]string) error {
+	ts, err := tlsTargets()
+	if err != nil {
+		return err
+	}
+	var mine []func()
+	for _, t := range ts {
+		u, err := apply(t)
+		if err != nil {
+			for i := len(mine) - 1; i >= 0; i-- {
+				mine[i]()
+			}
+			return err
+		}
+		mine = append(mine, u)
+	}
+	*undos = append(*undos, mine...)
+	for _, t := range ts {
+		*patched = append(*patched, t.name)
+	}
+	return nil
 }

@@ -134,13 +134,13 @@ func (e *engine) inboundWriteTurn(st *connState, c *netConn, b []byte) (int, err
 		r = s.resp.Load() // a request was queued behind the current one just now
 	}
 	if r == respQueued && !st.broken.Load() && e.serveQueued(st, b) {
-		return e.l.plainWrite(c, b)
+		return e.rawWrite(st, c, b)
 	}
 	// the current response's bytes (serveQueued did nothing: the queue
 	// emptied meanwhile, or the framing panicked and the connection's
 	// writes now go out unframed)
 	e.reportInboundWrite(st, b)
-	return e.l.plainWrite(c, b)
+	return e.rawWrite(st, c, b)
 }
 
 // serveQueued reports b, written while requests wait, piece by piece with

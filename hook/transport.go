@@ -72,8 +72,11 @@ func transportRoundTrip(t *http.Transport, req *http.Request) (*http.Response, e
 }
 
 // carry returns req, or a copy of it with the current trace in
-// TraceHeader. Only plain HTTP/1: over TLS the Write hook sees ciphertext,
-// and unencrypted HTTP/2 compresses headers, so it could not strip it.
+// TraceHeader. Only HTTP/1: plain, or over TLS when crypto/tls is hooked
+// (the TLS Write hook strips it from the plaintext) and the transport
+// cannot negotiate HTTP/2, whose compressed headers no Write hook could
+// strip it from; and h2c in replay mode, where the mock reads each
+// stream's trace from it.
 // inBand reports that the request sent carries a trace in TraceHeader.
 func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request, inBand bool) {
 	defer func() {
@@ -82,10 +85,24 @@ func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request,
 			out, inBand = req, false
 		}
 	}()
-	if req == nil || req.URL == nil || req.URL.Scheme != "http" {
+	if req == nil || req.URL == nil {
 		return req, false
 	}
-	if t != nil && t.Protocols != nil && t.Protocols.UnencryptedHTTP2() {
+	switch req.URL.Scheme {
+	case "http":
+	case "https":
+		// not with a TLS dialer of the transport's own: its TLS may not be
+		// crypto/tls, whose Write hook strips the header
+		if !e.tls || t == nil || tlsDialer(t) || mayHTTP2(t) {
+			return req, false
+		}
+	default:
+		return req, false
+	}
+	if t != nil && t.Protocols != nil && t.Protocols.UnencryptedHTTP2() && e.cfg.Mode != Replay {
+		// h2c: the header would be HPACK-compressed, and nothing strips it
+		// yet before a real server. In replay mode the connection goes to
+		// the mock, which reads each stream's trace from it.
 		return req, false
 	}
 	tid := trace.CurrentID()
@@ -113,4 +130,32 @@ func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request,
 	r2.Header = h
 	counters.carried.Add(1)
 	return r2, true
+}
+
+// mayHTTP2 reports whether t may speak HTTP/2 over TLS (net/http's
+// Transport.protocols, read without racing with its first request: the
+// case that reads TLSNextProto is one in which net/http never writes it).
+func mayHTTP2(t *http.Transport) bool {
+	if t.Protocols != nil {
+		return t.Protocols.HTTP2()
+	}
+	if t.ForceAttemptHTTP2 || (t.TLSClientConfig == nil && !customDial(t)) {
+		return true
+	}
+	_, h2 := t.TLSNextProto["h2"]
+	return h2
+}
+
+// tlsDialer reports whether t dials TLS connections itself.
+func tlsDialer(t *http.Transport) bool {
+	//lint:ignore SA1019 net/http still honours the deprecated dialer
+	return t.DialTLSContext != nil || t.DialTLS != nil
+}
+
+// customDial reports whether t has a dialer of its own, which (like a
+// TLS config) keeps net/http from enabling HTTP/2 by itself. Dial and
+// DialTLS are deprecated and still honoured.
+func customDial(t *http.Transport) bool {
+	//lint:ignore SA1019 net/http still honours the deprecated dialers
+	return t.Dial != nil || t.DialContext != nil || t.DialTLS != nil || t.DialTLSContext != nil
 }

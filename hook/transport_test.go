@@ -15,15 +15,20 @@ import (
 	"github.com/retrace-dev/retrace/trace"
 )
 
-// TestTransportCarriesOnlyPlainHTTP: a request made with a trace bound
-// carries it in-band over plain HTTP (stripped before the wire, so the
-// echoing server never sees it), and not at all over TLS, where it could
-// not be stripped. The caller's request is never modified.
-func TestTransportCarriesOnlyPlainHTTP(t *testing.T) {
+// TestTransportCarriesOnlyHTTP1: a request made with a trace bound
+// carries it in-band over HTTP/1, plain or over TLS (stripped before the
+// wire, so the echoing server never sees it), and not at all on a
+// transport that may speak HTTP/2, where it could not be stripped. The
+// caller's request is never modified.
+func TestTransportCarriesOnlyHTTP1(t *testing.T) {
 	plain := httptest.NewServer(agenttest.EchoHandler())
 	defer plain.Close()
 	tlsSrv := httptest.NewTLSServer(agenttest.EchoHandler())
 	defer tlsSrv.Close()
+	h2Srv := httptest.NewUnstartedServer(agenttest.EchoHandler())
+	h2Srv.EnableHTTP2 = true
+	h2Srv.StartTLS()
+	defer h2Srv.Close()
 	install(t, hook.Config{Mode: hook.Record, Recorder: &testRecorder{}, Logger: discardLogger()})
 
 	get := func(c *http.Client, url string) (agenttest.EchoReply, *http.Response) {
@@ -43,13 +48,13 @@ func TestTransportCarriesOnlyPlainHTTP(t *testing.T) {
 	}
 	release := trace.Bind(&trace.Trace{ID: agenttest.NewID()})
 	defer release()
-	for name, srv := range map[string]*httptest.Server{"plain": plain, "tls": tlsSrv} {
+	for name, srv := range map[string]*httptest.Server{"plain": plain, "tls": tlsSrv, "h2": h2Srv} {
 		before := hook.ReadStats()
 		c := srv.Client()
 		er, _ := get(c, srv.URL+"/x")
 		require.Empty(t, er.Headers.Values(hook.TraceHeader), name)
 		carried := hook.ReadStats().CarriedRequests - before.CarriedRequests
-		if name == "plain" {
+		if name != "h2" {
 			require.Equal(t, int64(1), carried, name)
 		} else {
 			require.Zero(t, carried, name)

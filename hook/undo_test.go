@@ -1,6 +1,7 @@
 package hook_test
 
 import (
+	"crypto/tls"
 	"net"
 	"net/http"
 	"reflect"
@@ -29,6 +30,9 @@ func patchedFuncs() map[string]uintptr {
 	}
 	m, _ := reflect.TypeFor[*http.Transport]().MethodByName("RoundTrip")
 	pcs["Transport.RoundTrip"] = m.Func.Pointer()
+	for _, name := range []string{"Read", "Write", "handshakeContext"} {
+		pcs["tls.Conn."+name] = *(*uintptr)(hook.MethodWord(reflect.TypeFor[*tls.Conn](), name))
+	}
 	for name, pc := range hook.RandomFuncs() {
 		pcs[name] = pc
 	}
@@ -69,7 +73,7 @@ func TestUndoRestores(t *testing.T) {
 	require.Equal(t, orig, snapshot(), "mode off patched something")
 	undo()
 
-	undo, err = hook.Install(hook.Config{Mode: hook.Replay, MockAddr: "127.0.0.1:9", Passthrough: []string{line.Addr}, Random: hook.RandomAll})
+	undo, err = hook.Install(hook.Config{Mode: hook.Replay, MockAddr: "127.0.0.1:9", Passthrough: []string{line.Addr}, NoGRPC: true, Random: hook.RandomAll})
 	require.NoError(t, err)
 	_, err = hook.Install(hook.Config{Mode: hook.Replay})
 	require.ErrorIs(t, err, hook.ErrInstalled)

@@ -120,13 +120,13 @@ func TestInitFromEnvironment(t *testing.T) {
 	require.Equal(t, 1, strings.Count(errOut, "retrace: agent off"), errOut)
 
 	out, errOut = run("RETRACE_MODE=replay", "RETRACE_MOCK_ADDR=127.0.0.1:9")
-	require.Contains(t, out, "mode=replay patched=9") // with RETRACE_RANDOM=math, the default
+	require.Contains(t, out, "mode=replay patched=12") // with RETRACE_RANDOM=math, the default; TLS's 3
 	require.NotContains(t, errOut, "retrace:")
 
 	out, _ = run("RETRACE_MODE=replay", "RETRACE_MOCK_ADDR=127.0.0.1:9", "RETRACE_RANDOM=off")
-	require.Contains(t, out, "mode=replay patched=6")
+	require.Contains(t, out, "mode=replay patched=9")
 	out, _ = run("RETRACE_MODE=replay", "RETRACE_MOCK_ADDR=127.0.0.1:9", "RETRACE_RANDOM=all")
-	require.Contains(t, out, "mode=replay patched=11") // crypto/rand.Read and Reader's Read
+	require.Contains(t, out, "mode=replay patched=14") // crypto/rand.Read and Reader's Read
 	out, errOut = run("RETRACE_MODE=replay", "RETRACE_RANDOM=sometimes")
 	require.Contains(t, out, "mode=off patched=0")
 	require.Contains(t, out, `err=RETRACE_RANDOM: retrace: random "sometimes" is not one of off, math, all`)
@@ -136,10 +136,10 @@ func TestInitFromEnvironment(t *testing.T) {
 	require.Contains(t, out, "mode=off patched=0")
 
 	if recorderFactory != nil {
-		// Record mode: conn Read/Write/Close, the HTTP transport and the
-		// math/rand sources; no connect redirection, no clock.
+		// Record mode: conn Read/Write/Close, the HTTP transport, the TLS
+		// hooks and the math/rand sources; no connect redirection, no clock.
 		out, errOut = run("RETRACE_MODE=record", "RETRACE_RECORD="+t.TempDir())
-		require.Contains(t, out, "mode=record patched=7")
+		require.Contains(t, out, "mode=record patched=10")
 		require.NotContains(t, out, "err=")
 		require.NotContains(t, out, "stop=")
 		require.NotContains(t, errOut, "retrace: agent off")

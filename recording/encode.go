@@ -57,6 +57,7 @@ func appendSession(b []byte, s *Session) ([]byte, bool) {
 		b = append(b, `,"remote":`...)
 		b = appendString(b, in.Remote)
 	}
+	b = appendTLS(b, &in.TLS)
 	b = appendPayload(b, "request", in.Request)
 	b = appendPayload(b, "response", in.Response)
 	b = appendTail(b, in.StartNs, in.DurNs, in.RequestTruncated, in.ResponseTruncated)
@@ -122,6 +123,7 @@ func appendCall(b []byte, c *Call) []byte {
 		b = append(b, `,"conn":`...)
 		b = appendInt(b, c.Conn)
 	}
+	b = appendTLS(b, &c.TLS)
 	b = appendPayload(b, "request", c.Request)
 	b = appendPayload(b, "response", c.Response)
 	if c.Decoded != "" {
@@ -130,6 +132,26 @@ func appendCall(b []byte, c *Call) []byte {
 	}
 	b = appendTail(b, c.StartNs, c.DurNs, c.RequestTruncated, c.ResponseTruncated)
 	return append(b, '}')
+}
+
+// appendTLS writes the TLS fields that are set (session.go's TLS).
+func appendTLS(b []byte, t *TLS) []byte {
+	if t.On {
+		b = append(b, `,"tls":true`...)
+	}
+	if t.ServerName != "" {
+		b = append(b, `,"server_name":`...)
+		b = appendString(b, t.ServerName)
+	}
+	if t.ALPN != "" {
+		b = append(b, `,"alpn":`...)
+		b = appendString(b, t.ALPN)
+	}
+	if t.Note != "" {
+		b = append(b, `,"note":`...)
+		b = appendString(b, t.Note)
+	}
+	return b
 }
 
 func appendTail(b []byte, start, dur int64, reqT, respT bool) []byte {

@@ -46,6 +46,11 @@ func TestMarshalMatchesEncodingJSON(t *testing.T) {
 			Calls: []Call{{Proto: "redis", Dst: "cache:6379", Request: []byte("*1\r\n$4\r\nPING\r\n")}}},
 		"all marks": {ID: "a", V: 1, At: time.Unix(1, 0).UTC(), Inbound: Inbound{RequestTruncated: true, ResponseTruncated: true},
 			Calls: []Call{{Setup: true, RequestTruncated: true, ResponseTruncated: true}}},
+		"tls": {ID: "a", At: time.Unix(1, 0).UTC(),
+			Inbound: Inbound{Proto: "http", TLS: TLS{On: true, ServerName: "orders.local", ALPN: "http/1.1"}},
+			Calls: []Call{{Proto: "http", TLS: TLS{On: true, ServerName: "pay<&>.example", ALPN: "http/1.1"}},
+				{Proto: "raw", TLS: TLS{On: true, ALPN: "h2", Note: "HTTP/2 not decoded"}},
+				{Proto: "redis", TLS: TLS{On: true}}}},
 		"random, math": {ID: "a", At: time.Unix(1, 0).UTC(), Random: &Random{Seed: math.MaxUint64, Math: 3}},
 		"random, all": {ID: "a", At: time.Unix(1, 0).UTC(),
 			Random: &Random{Seed: 1 << 60, Math: 1, MathV2: 9, Crypto: [][]byte{{0, 0xff, 3}, {}, nil, []byte("0123456789abcdef")}}},
@@ -65,9 +70,11 @@ func FuzzMarshalMatchesEncodingJSON(f *testing.F) {
 	f.Add("订单-12345678", "app\u2029app", []byte("POST /订单 HTTP/1.1\r\nContent-Length: 8\r\n\r\n{\"a\":\"\\\"}"),
 		[]byte("\x00\x00\x00\x01\x03SELECT 1234567\x7f\xe2\x80\xa8x"), int64(1234567890123))
 	f.Fuzz(func(t *testing.T, id, app string, req, resp []byte, n int64) {
+		tl := TLS{On: n%2 == 0, ServerName: app, ALPN: id, Note: string(req)}
 		s := &Session{ID: id, Trace: app + id, App: app, At: time.Unix(0, n).UTC(),
-			Inbound: Inbound{Proto: app, Local: id, Request: req, Response: resp, StartNs: n},
-			Calls:   []Call{{Seq: int(n % 100), Proto: id, Dst: app, Conn: n, Request: resp, Response: req, DurNs: n, Decoded: app}}}
+			Inbound: Inbound{Proto: app, Local: id, Request: req, Response: resp, StartNs: n, TLS: tl},
+			Calls: []Call{{Seq: int(n % 100), Proto: id, Dst: app, Conn: n, Request: resp, Response: req, DurNs: n,
+				Decoded: app, TLS: tl}}}
 		sameJSON(t, s)
 		s.Random = &Random{Seed: uint64(n) * 0x9e3779b97f4a7c15, Math: uint64(n), Crypto: [][]byte{req, resp}, Masked: n%2 == 0}
 		sameJSON(t, s)

@@ -70,6 +70,7 @@ type Inbound struct {
 	Proto    string // "http"
 	Local    string // address the service listened on
 	Remote   string // client address
+	TLS      TLS    // the request came over TLS (HTTPS); Request is the plaintext
 	Request  []byte // raw request bytes, as read by the application
 	Response []byte // raw response bytes, as written by the application
 	StartNs  int64  // offset from Session.At
@@ -88,6 +89,7 @@ type Call struct {
 	Dst               string // original destination, host:port
 	Setup             bool   // connection set-up traffic, answered per connection on replay
 	Conn              int64  // optional: connection number within the recording process, 0 if unknown
+	TLS               TLS    // the call went over TLS; Request and Response are the plaintext
 	Request           []byte
 	Response          []byte
 	StartNs           int64 // offset from Session.At
@@ -101,12 +103,28 @@ type Call struct {
 	Decoded string
 }
 
+// TLS says how a connection was encrypted; the zero value is plain TCP.
+// Schema v1 (additive): "tls":true, "server_name", "alpn" and "note", each
+// omitted when empty.
+type TLS struct {
+	On         bool   // "tls": the bytes recorded are the plaintext of a TLS connection
+	ServerName string // "server_name": SNI sent by the client
+	ALPN       string // "alpn": the application protocol negotiated
+	// Note says, in words, what of the connection was not decoded (HTTP/2
+	// negotiated through ALPN, recorded as raw bytes).
+	Note string // "note"
+}
+
 // payloads on the wire: valid UTF-8 travels as a string, anything else as
 // base64 in the *_b64 twin, so recordings stay readable and greppable.
 type inboundJSON struct {
 	Proto             string  `json:"proto"`
 	Local             string  `json:"local,omitempty"`
 	Remote            string  `json:"remote,omitempty"`
+	TLS               bool    `json:"tls,omitempty"`
+	ServerName        string  `json:"server_name,omitempty"`
+	ALPN              string  `json:"alpn,omitempty"`
+	Note              string  `json:"note,omitempty"`
 	Request           *string `json:"request,omitempty"`
 	RequestB64        []byte  `json:"request_b64,omitempty"`
 	Response          *string `json:"response,omitempty"`
@@ -123,6 +141,10 @@ type callJSON struct {
 	Dst               string  `json:"dst"`
 	Setup             bool    `json:"setup"`
 	Conn              int64   `json:"conn,omitempty"`
+	TLS               bool    `json:"tls,omitempty"`
+	ServerName        string  `json:"server_name,omitempty"`
+	ALPN              string  `json:"alpn,omitempty"`
+	Note              string  `json:"note,omitempty"`
 	Request           *string `json:"request,omitempty"`
 	RequestB64        []byte  `json:"request_b64,omitempty"`
 	Response          *string `json:"response,omitempty"`
@@ -155,7 +177,8 @@ func joinPayload(s *string, b []byte) []byte {
 // MarshalJSON implements json.Marshaler with the payload rules of schema v1.
 func (in Inbound) MarshalJSON() ([]byte, error) {
 	j := inboundJSON{Proto: in.Proto, Local: in.Local, Remote: in.Remote, StartNs: in.StartNs, DurNs: in.DurNs,
-		RequestTruncated: in.RequestTruncated, ResponseTruncated: in.ResponseTruncated}
+		RequestTruncated: in.RequestTruncated, ResponseTruncated: in.ResponseTruncated,
+		TLS: in.TLS.On, ServerName: in.TLS.ServerName, ALPN: in.TLS.ALPN, Note: in.TLS.Note}
 	j.Request, j.RequestB64 = splitPayload(in.Request)
 	j.Response, j.ResponseB64 = splitPayload(in.Response)
 	return json.Marshal(j)
@@ -169,14 +192,16 @@ func (in *Inbound) UnmarshalJSON(b []byte) error {
 	}
 	*in = Inbound{Proto: j.Proto, Local: j.Local, Remote: j.Remote, StartNs: j.StartNs, DurNs: j.DurNs,
 		Request: joinPayload(j.Request, j.RequestB64), Response: joinPayload(j.Response, j.ResponseB64),
-		RequestTruncated: j.RequestTruncated, ResponseTruncated: j.ResponseTruncated}
+		RequestTruncated: j.RequestTruncated, ResponseTruncated: j.ResponseTruncated,
+		TLS: TLS{On: j.TLS, ServerName: j.ServerName, ALPN: j.ALPN, Note: j.Note}}
 	return nil
 }
 
 // MarshalJSON implements json.Marshaler with the payload rules of schema v1.
 func (c Call) MarshalJSON() ([]byte, error) {
 	j := callJSON{Seq: c.Seq, Proto: c.Proto, Dst: c.Dst, Setup: c.Setup, Conn: c.Conn, StartNs: c.StartNs, DurNs: c.DurNs,
-		RequestTruncated: c.RequestTruncated, ResponseTruncated: c.ResponseTruncated, Decoded: c.Decoded}
+		RequestTruncated: c.RequestTruncated, ResponseTruncated: c.ResponseTruncated, Decoded: c.Decoded,
+		TLS: c.TLS.On, ServerName: c.TLS.ServerName, ALPN: c.TLS.ALPN, Note: c.TLS.Note}
 	j.Request, j.RequestB64 = splitPayload(c.Request)
 	j.Response, j.ResponseB64 = splitPayload(c.Response)
 	return json.Marshal(j)
@@ -190,7 +215,8 @@ func (c *Call) UnmarshalJSON(b []byte) error {
 	}
 	*c = Call{Seq: j.Seq, Proto: j.Proto, Dst: j.Dst, Setup: j.Setup, Conn: j.Conn, StartNs: j.StartNs, DurNs: j.DurNs,
 		Request: joinPayload(j.Request, j.RequestB64), Response: joinPayload(j.Response, j.ResponseB64),
-		RequestTruncated: j.RequestTruncated, ResponseTruncated: j.ResponseTruncated, Decoded: j.Decoded}
+		RequestTruncated: j.RequestTruncated, ResponseTruncated: j.ResponseTruncated, Decoded: j.Decoded,
+		TLS: TLS{On: j.TLS, ServerName: j.ServerName, ALPN: j.ALPN, Note: j.Note}}
 	return nil
 }
 

@@ -7,6 +7,7 @@
 #
 #   scripts/bench-agent.sh                 5 s per side, 16 connections
 #   DURATION=3s CONNS=8 scripts/bench-agent.sh
+#   TLS=1 scripts/bench-agent.sh           the downstream over TLS (replay: no TLS, plaintext frames to the mock)
 #
 # Each side runs ROUNDS (default 2) alternating slices of DURATION/ROUNDS,
 # so drift of a shared machine hits both sides alike. DURATION is at most
@@ -47,7 +48,11 @@ waitfile() {
 go build -o "$work/benchserver" ./internal/agenttest/benchserver
 go build -o "$work/benchload" ./internal/agenttest/benchload
 
-"$work/benchload" downstream -ready "$work/down" >"$work/down.log" 2>&1 &
+tlsflags=() lineflags=()
+if [ -n "${TLS:-}" ]; then
+	tlsflags=(-tls "$work") lineflags=(-line-ca "$work/ca.pem")
+fi
+"$work/benchload" downstream -ready "$work/down" "${tlsflags[@]}" >"$work/down.log" 2>&1 &
 down_pid=$!
 pids+=("$down_pid")
 waitfile "$work/down" "downstream"
@@ -61,7 +66,7 @@ cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # the service's CPU ticks.
 run() {
 	local mode=$1 ready="$work/sut-$1-$RANDOM"
-	RETRACE_MODE=$mode RETRACE_MOCK_ADDR=$mock "$work/benchserver" -line "$line" -ready "$ready" \
+	RETRACE_MODE=$mode RETRACE_MOCK_ADDR=$mock "$work/benchserver" -line "$line" "${lineflags[@]}" -ready "$ready" \
 		>"$work/sut.log" 2>&1 &
 	local pid=$!
 	waitfile "$ready" "benchserver ($mode)"

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -87,6 +89,8 @@ func runReplay(ctx context.Context, p *proc, args []string) error {
 	timeout := fs.Duration("timeout", 30*time.Second, "timeout of each request to a target or the mock admin API")
 	noModeCheck := fs.Bool("no-mode-check", false, "do not stop when the mock server sees none of the first sessions' downstream calls (a target not in replay mode); for targets whose every downstream is a pass-through")
 	maxDetails := fs.Int("max-details", report.DefaultMaxDetails, "failing sessions shown in full in report.html")
+	caFile := fs.String("ca", "", "https targets: PEM file of the CA that signed their certificates (default: the system's roots)")
+	insecure := fs.Bool("insecure", false, "https targets: do not verify their certificates")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -113,6 +117,12 @@ func runReplay(ctx context.Context, p *proc, args []string) error {
 		return usageError("--since %s is not before --until %s", since.String(), until.String())
 	case *baselineAdmin != "" && *baseline == "":
 		return usageError("--baseline-mock-admin needs --baseline")
+	case *caFile != "" && *insecure:
+		return usageError("--ca and --insecure: give one of them")
+	}
+	tlsCfg, err := targetTLS(*caFile, *insecure)
+	if err != nil {
+		return usageError("%v", err)
 	}
 	if *mockToken == "" {
 		*mockToken = p.Getenv(mockTokenEnv) // not the flag's default: --help must not print it
@@ -138,7 +148,7 @@ func runReplay(ctx context.Context, p *proc, args []string) error {
 		Source: src,
 		Select: regress.Selection{APIs: apis, Since: since.t, Until: until.t, Limit: *limit, Sample: *sample, Seed: *seed},
 		Target: *target, MockAdmin: *mockAdmin, MockAdminToken: *mockToken, Baseline: *baseline, BaselineMockAdmin: *baselineAdmin,
-		Concurrency: *concurrency, Repeat: *repeat, Rules: rules, Timeout: *timeout, Logf: warn,
+		Concurrency: *concurrency, Repeat: *repeat, Rules: rules, Timeout: *timeout, Logf: warn, TLS: tlsCfg,
 		NoModeCheck: *noModeCheck,
 	}
 	if len(ids) > 0 {
@@ -247,4 +257,24 @@ func writeRulesFile(path string, rules []diff.Rule) error {
 		return err
 	}
 	return f.Close()
+}
+
+// targetTLS is the TLS configuration of https targets from --ca and
+// --insecure; nil for the system's roots.
+func targetTLS(caFile string, insecure bool) (*tls.Config, error) {
+	switch {
+	case insecure:
+		return &tls.Config{InsecureSkipVerify: true}, nil //nolint:gosec // --insecure asks for it
+	case caFile == "":
+		return nil, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--ca %s: no PEM certificate in it", caFile)
+	}
+	return &tls.Config{RootCAs: pool}, nil
 }

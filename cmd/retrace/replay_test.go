@@ -127,6 +127,9 @@ func TestReplayCommandUsageErrors(t *testing.T) {
 		{"bad target", []string{"--recordings", recs, "--target", "ftp://x", "--report", t.TempDir()}, "scheme must be http or https"},
 		{"nothing selected", []string{"--recordings", recs, "--target", live.URL, "--report", t.TempDir()}, "no recorded session matched"},
 		{"target down", []string{"--recordings", recs, "--target", "http://127.0.0.1:1", "--report", t.TempDir()}, "candidate target http://127.0.0.1:1"},
+		{"ca and insecure", []string{"--recordings", recs, "--target", "https://127.0.0.1:1", "--ca", badRules, "--insecure"}, "--ca and --insecure"},
+		{"missing ca", []string{"--recordings", recs, "--target", "https://127.0.0.1:1", "--ca", filepath.Join(dir, "ca.pem")}, "ca.pem"},
+		{"ca with no certificate", []string{"--recordings", recs, "--target", "https://127.0.0.1:1", "--ca", badRules}, "no PEM certificate"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,6 +23,9 @@ type Config struct {
 	RedisPrefix string
 	// PricingURL is the base URL of the pricing service. Required.
 	PricingURL string
+	// PricingCA is the PEM file of the CA that signed the certificate of
+	// an https PricingURL; empty means the system's roots.
+	PricingCA string
 	// Variant selects a build: "" (the normal build) or "changed".
 	Variant string
 	// Timeout bounds the downstream work of one request; zero means 5s.
@@ -45,6 +48,7 @@ const (
 	EnvRedisAddr   = "ORDERS_REDIS_ADDR"
 	EnvRedisPrefix = "ORDERS_REDIS_PREFIX"
 	EnvPricingURL  = "ORDERS_PRICING_URL"
+	EnvPricingCA   = "ORDERS_PRICING_CA"
 	EnvVariant     = "ORDERS_VARIANT"
 	EnvMaxDBConns  = "ORDERS_MYSQL_MAX_CONNS"
 	EnvTimeout     = "ORDERS_TIMEOUT"
@@ -58,6 +62,7 @@ func ConfigFromEnv() Config {
 		RedisAddr:   os.Getenv(EnvRedisAddr),
 		RedisPrefix: os.Getenv(EnvRedisPrefix),
 		PricingURL:  os.Getenv(EnvPricingURL),
+		PricingCA:   os.Getenv(EnvPricingCA),
 		Variant:     os.Getenv(EnvVariant),
 		MaxDBConns:  atoiOr0(os.Getenv(EnvMaxDBConns)),
 		Timeout:     durationOr0(os.Getenv(EnvTimeout)),

@@ -2,12 +2,15 @@ package orders
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -46,6 +49,18 @@ func NewServer(cfg Config) (*Server, error) {
 	db.SetMaxOpenConns(cfg.MaxDBConns)
 	db.SetMaxIdleConns(32)
 	db.SetConnMaxIdleTime(time.Minute)
+	var pricingTLS *tls.Config
+	if cfg.PricingCA != "" {
+		pem, err := os.ReadFile(cfg.PricingCA)
+		if err != nil {
+			return nil, fmt.Errorf("orders: pricing CA: %w", err)
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("orders: pricing CA %s: no PEM certificate in it", cfg.PricingCA)
+		}
+		pricingTLS = &tls.Config{RootCAs: roots}
+	}
 	s := &Server{
 		cfg: cfg,
 		db:  db,
@@ -61,6 +76,7 @@ func NewServer(cfg Config) (*Server, error) {
 				MaxIdleConns:        64,
 				MaxIdleConnsPerHost: 64,
 				IdleConnTimeout:     90 * time.Second,
+				TLSClientConfig:     pricingTLS,
 			},
 		},
 	}

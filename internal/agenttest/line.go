@@ -2,6 +2,7 @@ package agenttest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -23,13 +24,20 @@ type LineServer struct {
 }
 
 // StartLineServer starts a line server on 127.0.0.1 (addr "" picks a port).
-func StartLineServer(addr string) (*LineServer, error) {
+func StartLineServer(addr string) (*LineServer, error) { return StartLineServerTLS(addr, nil) }
+
+// StartLineServerTLS starts a line server that speaks TLS with cfg (nil:
+// plain TCP).
+func StartLineServerTLS(addr string, cfg *tls.Config) (*LineServer, error) {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
+	}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
 	}
 	s := &LineServer{Addr: ln.Addr().String(), ln: ln, cs: map[net.Conn]bool{}}
 	s.wg.Add(1)
@@ -108,6 +116,8 @@ func (s *LineServer) Close() {
 // goroutine.
 type LinePool struct {
 	Addr string
+	// TLS, when set, makes the pool's connections TLS clients with it.
+	TLS  *tls.Config
 	mu   sync.Mutex
 	idle []*lineConn
 }
@@ -155,6 +165,9 @@ func (p *LinePool) get() (*lineConn, error) {
 	c, err := net.Dial("tcp", p.Addr)
 	if err != nil {
 		return nil, err
+	}
+	if p.TLS != nil {
+		c = tls.Client(c, p.TLS)
 	}
 	return &lineConn{c: c, br: bufio.NewReader(c)}, nil
 }

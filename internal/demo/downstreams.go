@@ -2,22 +2,28 @@ package demo
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/retrace-dev/retrace/examples/orders"
 	"github.com/retrace-dev/retrace/examples/pricing"
+	"github.com/retrace-dev/retrace/internal/certtest"
 )
 
 // DownstreamAddrs are the addresses the embedded downstreams listen on;
 // empty fields pick free loopback ports.
 type DownstreamAddrs struct {
 	MySQL, Redis, Pricing string
+	// CAFile is where the PEM certificate of the CA that signed the
+	// pricing service's certificate is written; empty: a temporary file.
+	CAFile string
 }
 
 // Downstreams are the orders example's three downstreams, embedded in this
@@ -29,6 +35,7 @@ type Downstreams struct {
 	Redis   *miniredis.Miniredis
 	pricing *httpService
 	cfg     orders.Config // addresses fixed at start: they survive Stop
+	caDir   string        // holds the pricing service's CA certificate
 }
 
 // StartDownstreams starts the downstreams and loads the orders schema and
@@ -57,10 +64,33 @@ func StartDownstreams(ctx context.Context, a DownstreamAddrs) (_ *Downstreams, e
 		d.Redis = nil
 		return nil, fmt.Errorf("demo: embedded Redis on %s: %w", a.Redis, err)
 	}
-	if d.pricing, err = startHTTP(a.Pricing, pricing.NewHandler()); err != nil {
+	// the pricing service serves HTTPS, with a certificate made now by a
+	// CA of the demo's own, which the orders service is told to trust
+	ca, err := certtest.NewCA()
+	if err != nil {
+		return nil, err
+	}
+	cert, err := ca.Leaf("127.0.0.1", "localhost")
+	if err != nil {
+		return nil, err
+	}
+	caFile := a.CAFile
+	if caFile == "" {
+		if d.caDir, err = os.MkdirTemp("", "retrace-demo-ca-"); err != nil {
+			return nil, err
+		}
+		if caFile, err = ca.WritePEM(d.caDir); err != nil {
+			return nil, err
+		}
+	} else if err := os.WriteFile(caFile, ca.PEM(), 0o644); err != nil {
+		return nil, fmt.Errorf("demo: pricing CA: %w", err)
+	}
+	d.pricing = &httpService{addr: a.Pricing, h: pricing.NewHandler(), tls: &tls.Config{Certificates: []tls.Certificate{cert}}}
+	if err := d.pricing.restart(); err != nil {
 		return nil, fmt.Errorf("demo: pricing service: %w", err)
 	}
-	d.cfg = orders.Config{MySQLDSN: d.MySQL.DSN(), RedisAddr: d.Redis.Addr(), PricingURL: "http://" + d.pricing.addr}
+	d.cfg = orders.Config{MySQLDSN: d.MySQL.DSN(), RedisAddr: d.Redis.Addr(), PricingURL: "https://" + d.pricing.addr,
+		PricingCA: caFile}
 	srv, err := orders.NewServer(d.cfg)
 	if err != nil {
 		return nil, err
@@ -84,7 +114,8 @@ func (d *Downstreams) RedisAddr() string { return d.cfg.RedisAddr }
 // Env is OrdersConfig as the ORDERS_* environment of a child process.
 func (d *Downstreams) Env() []string {
 	c := d.OrdersConfig()
-	return []string{orders.EnvMySQLDSN + "=" + c.MySQLDSN, orders.EnvRedisAddr + "=" + c.RedisAddr, orders.EnvPricingURL + "=" + c.PricingURL}
+	return []string{orders.EnvMySQLDSN + "=" + c.MySQLDSN, orders.EnvRedisAddr + "=" + c.RedisAddr,
+		orders.EnvPricingURL + "=" + c.PricingURL, orders.EnvPricingCA + "=" + c.PricingCA}
 }
 
 // Stop stops all three, keeping data and addresses.
@@ -114,20 +145,22 @@ func (d *Downstreams) Restart() error {
 }
 
 // Close stops everything for good.
-func (d *Downstreams) Close() error { return d.Stop() }
+func (d *Downstreams) Close() error {
+	err := d.Stop()
+	if d.caDir != "" {
+		os.RemoveAll(d.caDir)
+	}
+	return err
+}
 
 // httpService is an http.Server that can be stopped and restarted on the
 // same address.
 type httpService struct {
 	addr string
+	tls  *tls.Config // serve HTTPS with it; nil: HTTP
 	h    http.Handler
 	srv  *http.Server
 	done chan error
-}
-
-func startHTTP(addr string, h http.Handler) (*httpService, error) {
-	s := &httpService{addr: addr, h: h}
-	return s, s.restart()
 }
 
 func (s *httpService) restart() error {
@@ -139,6 +172,9 @@ func (s *httpService) restart() error {
 		return err
 	}
 	s.addr = ln.Addr().String()
+	if s.tls != nil {
+		ln = tls.NewListener(ln, s.tls)
+	}
 	s.srv = &http.Server{Handler: s.h, ReadHeaderTimeout: 10 * time.Second}
 	s.done = make(chan error, 1)
 	srv := s.srv

@@ -158,7 +158,7 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	d.say("MySQL  (in-memory go-mysql-server)  %s   schema and %d users loaded", d.dn.MySQL.Addr(), orders.SeedUsers)
 	d.say("Redis  (in-memory miniredis)        %s   stock, coupons, discounts", d.dn.RedisAddr())
-	d.say("HTTP   (pricing service)            %s", d.dn.PricingURL())
+	d.say("HTTPS  (pricing service)            %s   certificate made at start by a private CA", d.dn.PricingURL())
 
 	if err := d.record(ctx); err != nil {
 		return err

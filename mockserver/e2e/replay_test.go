@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if child := os.Getenv(childEnv); child != "" {
+		os.Exit(runChild(child))
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -143,7 +143,12 @@ func runEcho() int {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "echo-"+r.URL.Query().Get("id"))
 	})}
-	go func() { _ = srv.Serve(ln) }()
+	if cert := os.Getenv(echoCertEnv); cert != "" {
+		// HTTPS (BenchmarkFanOutRatio with CAPTURE_BENCH_TLS)
+		go func() { _ = srv.ServeTLS(ln, cert, os.Getenv(echoKeyEnv)) }()
+	} else {
+		go func() { _ = srv.Serve(ln) }()
+	}
 	fmt.Println(ln.Addr())
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	_ = srv.Close()

@@ -72,6 +72,10 @@ type call struct {
 	keep       bool // bytes are stored: the call belongs (or may belong) to a session
 	start, end int64
 	req, resp  payload
+	// tls is what the handshake of the call's connection negotiated, nil
+	// for plain TCP (and for a MySQL connection's calls before its SSL
+	// upgrade).
+	tls *hook.TLSInfo
 }
 
 // protoName is the connection's protocol as recorded (called with oc.mu
@@ -159,7 +163,22 @@ func snapshotCalls(calls []*call, base int64) []recording.Call {
 func (c *call) snapshotLocked(base int64) recording.Call {
 	return recording.Call{Proto: c.oc.protoName(), Dst: c.oc.dst, Setup: c.setup, Conn: int64(c.oc.id),
 		Request: c.req.view(), Response: c.resp.view(), StartNs: c.start - base, DurNs: c.end - c.start,
-		RequestTruncated: c.req.truncated, ResponseTruncated: c.resp.truncated}
+		RequestTruncated: c.req.truncated, ResponseTruncated: c.resp.truncated, TLS: tlsOf(c.tls)}
+}
+
+// h2Note is what a recording says of a connection that negotiated HTTP/2.
+const h2Note = "HTTP/2 negotiated through ALPN h2: recorded as raw bytes, not decoded"
+
+// tlsOf is the recording's form of a connection's TLS.
+func tlsOf(t *hook.TLSInfo) recording.TLS {
+	if t == nil {
+		return recording.TLS{}
+	}
+	r := recording.TLS{On: true, ServerName: t.ServerName, ALPN: t.ALPN}
+	if t.ALPN == "h2" {
+		r.Note = h2Note
+	}
+	return r
 }
 
 // outConnOf returns the state of a dialled connection, made on first use;
@@ -214,7 +233,13 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
 	if oc.tap == nil {
-		oc.detect(wire.Client, p)
+		if t := c.TLS.Load(); t != nil && t.ALPN == "h2" {
+			// HTTP/2 is not decoded: its bytes are recorded raw
+			oc.det, oc.proto = nil, protocols.All.Fallback()
+			oc.tap = oc.proto.NewTap()
+		} else {
+			oc.detect(wire.Client, p)
+		}
 	}
 	oc.wrote = true
 	cur := oc.cur
@@ -242,6 +267,7 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	}
 	cur = oc.newCall()
 	cur.tid, cur.start, cur.end, cur.setup = tid, now, now, f.Setup
+	cur.tls = c.TLS.Load()
 	oc.cur = cur
 	// the session is looked up here rather than in place: the deepest frame
 	// on this path is what makes the runtime grow a client's stack

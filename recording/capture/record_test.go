@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/retrace-dev/retrace/internal/certtest"
 	"github.com/retrace-dev/retrace/internal/testenv"
 	"github.com/retrace-dev/retrace/recording"
 )
@@ -266,6 +267,9 @@ func BenchmarkFanOut(b *testing.B) {
 // table from these.
 const (
 	fanOutDownEnv    = "CAPTURE_TEST_DOWN"
+	fanOutCAEnv      = "CAPTURE_TEST_DOWN_CA" // PEM of the CA of an HTTPS downstream
+	echoCertEnv      = "CAPTURE_TEST_ECHO_CERT"
+	echoKeyEnv       = "CAPTURE_TEST_ECHO_KEY"
 	fanOutTableEnv   = "CAPTURE_TEST_TABLE"
 	fanOutProfileEnv = "CAPTURE_TEST_CPUPROFILE"
 )
@@ -304,6 +308,7 @@ const (
 func BenchmarkFanOutRatio(b *testing.B) {
 	const slice, clients = 400, 8
 	blocks, rounds := envInt(b, "CAPTURE_BENCH_BLOCKS", 6), envInt(b, "CAPTURE_BENCH_ROUNDS", 6)
+<<<<<<< HEAD
 	// CAPTURE_BENCH_SERVICE=postgres measures the pgx fan-out service
 	// (three queries at once on a pgx pool) instead
 	pg := os.Getenv("CAPTURE_BENCH_SERVICE") == "postgres"
@@ -315,6 +320,22 @@ func BenchmarkFanOutRatio(b *testing.B) {
 		redisAddr, dsn = testenv.RedisAddr(b), testenv.MySQLDSN(b)
 		down, _ = startChild(b, "echo")
 	}
+=======
+	redisAddr, dsn := testenv.RedisAddr(b), testenv.MySQLDSN(b)
+	// CAPTURE_BENCH_TLS=1: the HTTP downstream is HTTPS, behind a CA of
+	// the benchmark's own
+	scheme, tlsEnv, echoEnv := "http", []string(nil), []string(nil)
+	if os.Getenv("CAPTURE_BENCH_TLS") != "" {
+		ca := certtest.New(b)
+		dir := b.TempDir()
+		caFile, err := ca.WritePEM(dir)
+		require.NoError(b, err)
+		cert, key, err := ca.WriteLeaf(dir, "127.0.0.1")
+		require.NoError(b, err)
+		scheme, tlsEnv, echoEnv = "https", []string{fanOutCAEnv + "=" + caFile}, []string{echoCertEnv + "=" + cert, echoKeyEnv + "=" + key}
+	}
+	down, _ := startChild(b, "echo", echoEnv...)
+>>>>>>> main
 	aa := os.Getenv("CAPTURE_BENCH_AA") != ""
 	profiles := os.Getenv("CAPTURE_BENCH_PROFILES")
 	type mode struct {
@@ -368,10 +389,15 @@ func BenchmarkFanOutRatio(b *testing.B) {
 			// first process of a block may run differently all along
 			m := modes[(blk+i)%len(modes)]
 			env := []string{testenv.RedisEnv + "=" + redisAddr, testenv.MySQLEnv + "=" + dsn,
+<<<<<<< HEAD
 				fanOutDownEnv + "=http://" + down, fanOutTableEnv + "=" + table}
 			if pg {
 				env = []string{testenv.PostgresEnv + "=" + pgURL}
 			}
+=======
+				fanOutDownEnv + "=" + scheme + "://" + down, fanOutTableEnv + "=" + table}
+			env = append(env, tlsEnv...)
+>>>>>>> main
 			if m.rate != "" && !aa {
 				dir := b.TempDir()
 				m.dirs = append(m.dirs, dir)

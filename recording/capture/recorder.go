@@ -164,6 +164,9 @@ type inbound struct {
 	// newest is the session last enqueued: the request being read, and
 	// on a connection that does not pipeline the only one in progress.
 	newest atomic.Pointer[active]
+	// tls is what the connection's TLS handshake negotiated (it precedes
+	// every request), nil for plain TCP.
+	tls *hook.TLSInfo
 }
 
 // inboundOf returns the state of an accepted connection, made on first
@@ -175,7 +178,7 @@ func inboundOf(c *hook.ConnInfo) *inbound {
 	if !c.Inbound {
 		return nil // a dialled connection: its Data is an *outConn
 	}
-	ic := &inbound{}
+	ic := &inbound{tls: c.TLS.Load()}
 	if !c.Data.CompareAndSwap(nil, ic) {
 		ic, _ = c.Data.Load().(*inbound) // another report made it first
 	}
@@ -465,7 +468,7 @@ func (r *Recorder) finish(a *active) {
 		V: recording.SchemaVersion, ID: a.id, Trace: a.trace, App: r.app, At: a.at,
 		Inbound: recording.Inbound{Proto: recording.ProtoHTTP, Local: a.conn.Local, Remote: a.conn.Remote,
 			Request: a.req.view(), Response: a.resp.view(), DurNs: end - a.start,
-			RequestTruncated: a.req.truncated, ResponseTruncated: a.resp.truncated},
+			RequestTruncated: a.req.truncated, ResponseTruncated: a.resp.truncated, TLS: tlsOf(a.in.tls)},
 	}
 	a.mu.Unlock()
 	r.forgetActive(a)

@@ -2,12 +2,15 @@ package capture_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -104,7 +107,7 @@ func newFanOut(redisAddr, dsn, down, table string) (*fanOut, error) {
 	return &fanOut{
 		rdb:   redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 8}),
 		db:    db,
-		hc:    &http.Client{Transport: &http.Transport{MaxConnsPerHost: 4, MaxIdleConnsPerHost: 4}},
+		hc:    &http.Client{Transport: &http.Transport{MaxConnsPerHost: 4, MaxIdleConnsPerHost: 4, TLSClientConfig: downTLS()}},
 		down:  down,
 		table: table,
 	}, nil
@@ -249,4 +252,20 @@ func get(c *http.Client, addr, id string) error {
 		return fmt.Errorf("request %s: %d %s", id, resp.StatusCode, b)
 	}
 	return nil
+}
+
+// downTLS trusts the CA in fanOutCAEnv, for an HTTPS downstream; nil
+// without it.
+func downTLS() *tls.Config {
+	file := os.Getenv(fanOutCAEnv)
+	if file == "" {
+		return nil
+	}
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		panic(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	return &tls.Config{RootCAs: roots}
 }

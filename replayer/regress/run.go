@@ -2,9 +2,9 @@ package regress
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/retrace-dev/retrace/wire/http1"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +13,7 @@ import (
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/replayer/diff"
 	"github.com/retrace-dev/retrace/trace"
+	"github.com/retrace-dev/retrace/wire/http1"
 )
 
 // Config describes a regression replay. Source and Target are required.
@@ -44,6 +45,12 @@ type Config struct {
 	Repeat int
 	// Rules says what not to compare. Nil: compare everything.
 	Rules *diff.Rules
+	// TLS configures the connections to https targets: RootCAs (the CA
+	// that signed the target's certificate), InsecureSkipVerify,
+	// Certificates (a client certificate, for a target that requires
+	// one). ServerName and NextProtos are set per target. Nil: the
+	// system's roots.
+	TLS *tls.Config
 	// Timeout bounds each request to a target or the mock admin API.
 	// Zero: 30s.
 	Timeout time.Duration
@@ -125,6 +132,7 @@ func newSide(name, targetURL, adminURL string, cfg *Config) (*side, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
+	t.tlsConfig = cfg.TLS
 	s := &side{name: name, target: t}
 	if adminURL != "" {
 		if s.admin, err = newAdmin(adminURL, cfg.MockAdminToken, cfg.Concurrency, cfg.Timeout); err != nil {

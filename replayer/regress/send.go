@@ -62,6 +62,8 @@ type target struct {
 	host   string // Host header value
 	prefix string // path prefix prepended to origin-form request targets
 	tls    bool
+	// tlsConfig is Config.TLS, nil for the system's roots
+	tlsConfig *tls.Config
 }
 
 func parseTarget(raw string) (*target, error) {
@@ -205,7 +207,12 @@ func (c *client) dial(ctx context.Context) error {
 		return err
 	}
 	if c.t.tls {
-		tc := tls.Client(conn, &tls.Config{ServerName: c.t.url.Hostname(), NextProtos: []string{"http/1.1"}})
+		cfg := &tls.Config{}
+		if c.t.tlsConfig != nil {
+			cfg = c.t.tlsConfig.Clone()
+		}
+		cfg.ServerName, cfg.NextProtos = c.t.url.Hostname(), []string{"http/1.1"}
+		tc := tls.Client(conn, cfg)
 		tc.SetDeadline(time.Now().Add(c.timeout))
 		if err := tc.HandshakeContext(ctx); err != nil {
 			conn.Close()

@@ -19,9 +19,12 @@ func FindGreeting(b []byte) ([]byte, bool) {
 }
 
 // Greeting returns a greeting packet built from a recorded greeting payload:
-// the same server version, character set, status, capabilities (minus TLS and
+// the same server version, character set, status, capabilities (minus
 // compression, which the mock server does not speak) and authentication
-// plugin, with connection id connID.
+// plugin, with connection id connID. TLS stays offered when it was: a
+// client that asks for it sends an SSL request, then goes on in plaintext
+// (in replay mode the agent completes the client's TLS handshake without
+// TLS), see IsSSLRequest.
 func Greeting(recorded []byte, connID uint32) []byte {
 	p := make([]byte, len(recorded))
 	copy(p, recorded)
@@ -33,7 +36,7 @@ func Greeting(recorded []byte, connID uint32) []byte {
 	capLow := i + 4 + 8 + 1
 	if capLow+2 <= len(p) {
 		c := binary.LittleEndian.Uint16(p[capLow:])
-		c &^= uint16(CapSSL | CapCompress)
+		c &^= uint16(CapCompress)
 		binary.LittleEndian.PutUint16(p[capLow:], c)
 	}
 	return appendPacket(nil, 0, p)
@@ -64,6 +67,13 @@ func DefaultGreeting(connID uint32) []byte {
 	p = append(p, "mysql_native_password"...)
 	p = append(p, 0)
 	return appendPacket(nil, 0, p)
+}
+
+// IsSSLRequest reports whether payload, the client's first packet, is an
+// SSL request: the first 32 bytes of a HandshakeResponse41 with CLIENT_SSL,
+// after which the client starts TLS and sends its real response.
+func IsSSLRequest(payload []byte) bool {
+	return len(payload) == 32 && ClientCaps(payload)&CapSSL != 0
 }
 
 // ClientCaps returns the capability flags of a HandshakeResponse41 payload.

@@ -74,7 +74,10 @@ func TestResequenceAndStmtID(t *testing.T) {
 	}
 }
 
-func TestGreetingClearsTLSAndCompression(t *testing.T) {
+// TestGreetingClearsCompressionKeepsTLS: the mock's greeting offers TLS
+// when the recorded one did (the client's SSL request is then consumed:
+// TestSSLRequest), never compression.
+func TestGreetingClearsCompressionKeepsTLS(t *testing.T) {
 	def := mysql.DefaultGreeting(1)
 	p, ok := mysql.FindGreeting(def)
 	if !ok {
@@ -87,8 +90,8 @@ func TestGreetingClearsTLSAndCompression(t *testing.T) {
 	binary.LittleEndian.PutUint16(p[capOff:], c)
 	g := mysql.Greeting(p, 77)
 	gp, _ := mysql.FindGreeting(g)
-	if got := binary.LittleEndian.Uint16(gp[capOff:]); got&(mysql.CapSSL|mysql.CapCompress) != 0 {
-		t.Fatalf("capabilities %#x still offer TLS or compression", got)
+	if got := binary.LittleEndian.Uint16(gp[capOff:]); got&mysql.CapCompress != 0 || got&mysql.CapSSL == 0 {
+		t.Fatalf("capabilities %#x: compression offered or TLS not", got)
 	}
 	if id := binary.LittleEndian.Uint32(gp[1+v+1:]); id != 77 {
 		t.Fatalf("connection id %d", id)
@@ -138,4 +141,20 @@ func FuzzNormalizeSQL(f *testing.F) {
 		}
 		mysql.IsSetupQuery(q)
 	})
+}
+
+func TestSSLRequest(t *testing.T) {
+	ssl := make([]byte, 32)
+	binary.LittleEndian.PutUint32(ssl, mysql.CapSSL|0x00000200)
+	if !mysql.IsSSLRequest(ssl) {
+		t.Fatal("SSL request not recognised")
+	}
+	full := append(append([]byte(nil), ssl...), "root\x00"...)
+	if mysql.IsSSLRequest(full) {
+		t.Fatal("a whole HandshakeResponse41 taken for an SSL request")
+	}
+	binary.LittleEndian.PutUint32(ssl, 0x00000200)
+	if mysql.IsSSLRequest(ssl) {
+		t.Fatal("32 bytes without CLIENT_SSL taken for an SSL request")
+	}
 }

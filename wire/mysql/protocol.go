@@ -460,12 +460,13 @@ func (a *answerer) Next(buf []byte) (wire.Request, int, []byte, error) {
 	}
 	a.lastSeq = seq
 	if !a.authed {
-		// HandshakeResponse41 (or an SSL request, which fails later since
-		// the greeting offers no TLS): any credentials are accepted.
-		a.authed = true
-		if ClientCaps(p)&CapSSL != 0 && len(p) == 32 {
-			return wire.Request{}, 0, nil, errors.New("MySQL client asked for TLS, which the mock server does not speak (use tls=false)")
+		// HandshakeResponse41, after an SSL request when the client asked
+		// for TLS (the agent completed its handshake without TLS, and the
+		// response comes in plaintext): any credentials are accepted.
+		if IsSSLRequest(p) {
+			return wire.Request{Raw: buf[:n], Op: "SSL REQUEST", Setup: true, Local: true, NoReply: true}, n, nil, nil
 		}
+		a.authed = true
 		return wire.Request{Raw: buf[:n], Op: "HANDSHAKE", Setup: true, Local: true}, n, nil, nil
 	}
 	r := Features(buf[:n], p, func(id uint32) (string, bool) { q, ok := a.stmts[id]; return q, ok })

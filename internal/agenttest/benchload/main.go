@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/retrace-dev/retrace/internal/agenttest"
+	"github.com/retrace-dev/retrace/internal/certtest"
 )
 
 func main() {
@@ -49,8 +51,24 @@ func main() {
 func downstream(args []string) error {
 	fs := flag.NewFlagSet("downstream", flag.ExitOnError)
 	ready := fs.String("ready", "", "file to write \"LINE MOCK\" addresses to")
+	tlsDir := fs.String("tls", "", "serve the line protocol over TLS, the CA's certificate written to DIR/ca.pem")
 	_ = fs.Parse(args)
-	line, err := agenttest.StartLineServer("")
+	var cfg *tls.Config
+	if *tlsDir != "" {
+		ca, err := certtest.NewCA()
+		if err != nil {
+			return err
+		}
+		cert, err := ca.Leaf("127.0.0.1")
+		if err != nil {
+			return err
+		}
+		if _, err := ca.WritePEM(*tlsDir); err != nil {
+			return err
+		}
+		cfg = &tls.Config{Certificates: []tls.Certificate{cert}}
+	}
+	line, err := agenttest.StartLineServerTLS("", cfg)
 	if err != nil {
 		return err
 	}

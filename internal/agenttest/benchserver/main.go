@@ -7,6 +7,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"net"
@@ -24,6 +26,7 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address to serve on")
 	line := flag.String("line", "", "line-protocol downstream (host:port)")
 	ready := flag.String("ready", "", "file to write the served address to once listening")
+	lineCA := flag.String("line-ca", "", "speak TLS to the line downstream, trusting the CA in this PEM file")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -37,13 +40,13 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*listen, *line, *ready); err != nil {
+	if err := run(*listen, *line, *ready, *lineCA); err != nil {
 		fmt.Fprintln(os.Stderr, "benchserver:", err)
 		os.Exit(1)
 	}
 }
 
-func run(listen, line, ready string) error {
+func run(listen, line, ready, lineCA string) error {
 	if err := patches.Err(); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -55,6 +58,17 @@ func run(listen, line, ready string) error {
 		return err
 	}
 	pool := &agenttest.LinePool{Addr: line}
+	if lineCA != "" {
+		pem, err := os.ReadFile(lineCA)
+		if err != nil {
+			return err
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("-line-ca %s: no certificate", lineCA)
+		}
+		pool.TLS = &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"}
+	}
 	defer pool.Close()
 	srv := &http.Server{Handler: &agenttest.Service{Line: pool}}
 	if ready != "" {

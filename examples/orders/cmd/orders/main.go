@@ -41,13 +41,14 @@ func run(args []string) error {
 	redisAddr := fs.String("redis", env.RedisAddr, "Redis host:port (env "+orders.EnvRedisAddr+")")
 	prefix := fs.String("redis-prefix", env.RedisPrefix, "prefix of every Redis key, default orders: (env "+orders.EnvRedisPrefix+")")
 	pricingURL := fs.String("pricing", env.PricingURL, "base URL of the pricing service (env "+orders.EnvPricingURL+")")
+	pricingCA := fs.String("pricing-ca", env.PricingCA, "PEM file of the CA of an https pricing URL, default the system's roots (env "+orders.EnvPricingCA+")")
 	variant := fs.String("variant", env.Variant, "build variant: empty or changed (env "+orders.EnvVariant+")")
 	initDB := fs.Bool("init", false, "create the schema and seed the data before serving")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	srv, err := orders.NewServer(orders.Config{MySQLDSN: *dsn, RedisAddr: *redisAddr, RedisPrefix: *prefix,
-		PricingURL: *pricingURL, Variant: *variant})
+		PricingURL: *pricingURL, PricingCA: *pricingCA, Variant: *variant})
 	if err != nil {
 		return err
 	}

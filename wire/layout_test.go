@@ -54,18 +54,6 @@ func TestProtocolsStayInWire(t *testing.T) {
 	}
 }
 
-<<<<<<< HEAD
-// codecs are the message codecs a protocol package may import beside the
-// standard library and wire, and why.
-var codecs = map[string]string{
-	"github.com/jackc/pgx/v5/pgproto3": "wire/postgres: the PostgreSQL message codec of pgx, the driver most Go services use, " +
-		"so the mock decodes and encodes messages exactly as the client it answers (three small packages, no init)",
-}
-
-// TestProtocolPackagesImportOnlyWire: a protocol package knows its
-// protocol and nothing of who uses it (the standard library and wire, and
-// the codecs above).
-=======
 // libraries are the imports a protocol package may have besides the
 // standard library and wire, and why.
 var libraries = map[string]string{
@@ -73,6 +61,8 @@ var libraries = map[string]string{
 	"golang.org/x/net/http2/hpack": "wire/http2, wire/grpc, wire/http2/inband: HPACK header blocks",
 	module + "/wire/grpc":          "wire/http2: a gRPC call is an HTTP/2 stream; its decoded form splits the messages",
 	module + "/wire/protobuf":      "wire/http2: gRPC messages decoded by field number or name",
+	"github.com/jackc/pgx/v5/pgproto3": "wire/postgres: the PostgreSQL message codec of pgx, the driver most Go services use, " +
+		"so the mock decodes and encodes messages exactly as the client it answers (three small packages, no init)",
 }
 
 // libraryPrefixes: protobuf-go's packages, for wire/protobuf.
@@ -93,7 +83,6 @@ func allowedLibrary(imp string) bool {
 // TestProtocolPackagesImportOnlyWire: a protocol package knows its
 // protocol and nothing of who uses it (the standard library, wire, and the
 // libraries above).
->>>>>>> main
 func TestProtocolPackagesImportOnlyWire(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/wire/...").Output()
 	if err != nil {
@@ -106,14 +95,7 @@ func TestProtocolPackagesImportOnlyWire(t *testing.T) {
 			continue
 		}
 		for _, imp := range f[1:] {
-<<<<<<< HEAD
-			if _, ok := codecs[imp]; ok {
-				continue
-			}
-			if strings.Contains(strings.SplitN(imp, "/", 2)[0], ".") && imp != module+"/wire" {
-=======
 			if strings.Contains(strings.SplitN(imp, "/", 2)[0], ".") && imp != module+"/wire" && !allowedLibrary(imp) {
->>>>>>> main
 				t.Errorf("%s imports %s: a protocol package imports the standard library and wire only", pkg, imp)
 			}
 		}

@@ -308,34 +308,29 @@ const (
 func BenchmarkFanOutRatio(b *testing.B) {
 	const slice, clients = 400, 8
 	blocks, rounds := envInt(b, "CAPTURE_BENCH_BLOCKS", 6), envInt(b, "CAPTURE_BENCH_ROUNDS", 6)
-<<<<<<< HEAD
 	// CAPTURE_BENCH_SERVICE=postgres measures the pgx fan-out service
 	// (three queries at once on a pgx pool) instead
 	pg := os.Getenv("CAPTURE_BENCH_SERVICE") == "postgres"
 	kind, check := "fanout", get
 	var redisAddr, dsn, pgURL, down string
+	// CAPTURE_BENCH_TLS=1: the HTTP downstream is HTTPS, behind a CA of
+	// the benchmark's own
+	scheme, tlsEnv, echoEnv := "http", []string(nil), []string(nil)
 	if pg {
 		kind, check, pgURL = "pgfanout", pgGet, testenv.PostgresURL(b)
 	} else {
 		redisAddr, dsn = testenv.RedisAddr(b), testenv.MySQLDSN(b)
-		down, _ = startChild(b, "echo")
+		if os.Getenv("CAPTURE_BENCH_TLS") != "" {
+			ca := certtest.New(b)
+			dir := b.TempDir()
+			caFile, err := ca.WritePEM(dir)
+			require.NoError(b, err)
+			cert, key, err := ca.WriteLeaf(dir, "127.0.0.1")
+			require.NoError(b, err)
+			scheme, tlsEnv, echoEnv = "https", []string{fanOutCAEnv + "=" + caFile}, []string{echoCertEnv + "=" + cert, echoKeyEnv + "=" + key}
+		}
+		down, _ = startChild(b, "echo", echoEnv...)
 	}
-=======
-	redisAddr, dsn := testenv.RedisAddr(b), testenv.MySQLDSN(b)
-	// CAPTURE_BENCH_TLS=1: the HTTP downstream is HTTPS, behind a CA of
-	// the benchmark's own
-	scheme, tlsEnv, echoEnv := "http", []string(nil), []string(nil)
-	if os.Getenv("CAPTURE_BENCH_TLS") != "" {
-		ca := certtest.New(b)
-		dir := b.TempDir()
-		caFile, err := ca.WritePEM(dir)
-		require.NoError(b, err)
-		cert, key, err := ca.WriteLeaf(dir, "127.0.0.1")
-		require.NoError(b, err)
-		scheme, tlsEnv, echoEnv = "https", []string{fanOutCAEnv + "=" + caFile}, []string{echoCertEnv + "=" + cert, echoKeyEnv + "=" + key}
-	}
-	down, _ := startChild(b, "echo", echoEnv...)
->>>>>>> main
 	aa := os.Getenv("CAPTURE_BENCH_AA") != ""
 	profiles := os.Getenv("CAPTURE_BENCH_PROFILES")
 	type mode struct {
@@ -389,15 +384,11 @@ func BenchmarkFanOutRatio(b *testing.B) {
 			// first process of a block may run differently all along
 			m := modes[(blk+i)%len(modes)]
 			env := []string{testenv.RedisEnv + "=" + redisAddr, testenv.MySQLEnv + "=" + dsn,
-<<<<<<< HEAD
-				fanOutDownEnv + "=http://" + down, fanOutTableEnv + "=" + table}
+				fanOutDownEnv + "=" + scheme + "://" + down, fanOutTableEnv + "=" + table}
+			env = append(env, tlsEnv...)
 			if pg {
 				env = []string{testenv.PostgresEnv + "=" + pgURL}
 			}
-=======
-				fanOutDownEnv + "=" + scheme + "://" + down, fanOutTableEnv + "=" + table}
-			env = append(env, tlsEnv...)
->>>>>>> main
 			if m.rate != "" && !aa {
 				dir := b.TempDir()
 				m.dirs = append(m.dirs, dir)

@@ -85,6 +85,11 @@ type Config struct {
 	// then charged to the trace of the goroutine that writes them, which is
 	// wrong on pooled connections. The zero value patches it.
 	NoHTTP bool
+	// NoGRPC leaves grpc-go alone (when the program links it): its reads
+	// then bypass the agent (grpc-go reads through syscall.RawConn), and in
+	// replay mode its calls carry no trace in-band. The zero value patches
+	// it (hook/grpc.go).
+	NoGRPC bool
 	// NoTLS leaves crypto/tls alone: TLS connections are then followed as
 	// the TCP connections under them (their bytes are ciphertext). The zero
 	// value hooks TLS (DESIGN.md section 11).

@@ -164,9 +164,19 @@ func (e *engine) inboundRead(st *connState, c *netConn, b []byte) (int, error) {
 		st.pending = st.pending[n:]
 		return n, nil
 	}
+	if h := st.h2.Load(); h != nil && h != h2Not && h.rw != nil {
+		return e.h2Read(h, st, c, b, 0, nil)
+	}
 	record := e.cfg.Mode == Record
 	for {
 		n, err := e.rawRead(st, c, b)
+		if n > 0 {
+			if h := st.h2.Load(); h == nil || h.rw == nil && h != h2Not {
+				if h = e.h2Decide(st, b[:n]); h != h2Not {
+					return e.h2Read(h, st, c, b, n, err)
+				}
+			}
+		}
 		// A connection that is not HTTP/1.x has nothing to strip, bind or
 		// (having never had a request) report.
 		if n <= 0 || (st.rd.passThrough() && (!record || !st.rd.hasCur)) {
@@ -270,6 +280,20 @@ func (e *engine) recordCall(where string, f func()) {
 // outbound connections: the answer, read on another goroutine, can then
 // never be reported before the bytes it answers.
 func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) {
+	if e.cfg.Mode == Replay && st.h2.Load() != h2Not {
+		h := st.h2.Load()
+		if h == nil {
+			// The server writes before it has read anything: not HTTP/1,
+			// maybe HTTP/2 (grpc-go sends its SETTINGS first). Follow its
+			// frames from the start, until the first read decides.
+			st.h2.CompareAndSwap(nil, newH2In(false))
+			h = st.h2.Load()
+		}
+		if h != h2Not {
+			e.h2Wrote(h, b)
+			return e.rawWrite(st, c, b)
+		}
+	}
 	if r := st.srv.resp.Load(); r != respStarted && len(b) > 0 &&
 		(r != respIdle || len(b) > 9 && b[9] == '1' || !st.srv.resp.CompareAndSwap(respIdle, respStarted)) {
 		return e.inboundWriteTurn(st, c, b)

@@ -146,6 +146,10 @@ type connState struct {
 	rmu     sync.Mutex // read side: rd, pending
 	rd      *stream    // inbound: the request parser
 	pending []byte     // parsed bytes that did not fit the reader's buffer
+	// h2 is an inbound connection's HTTP/2 state (h2.go): nil before its
+	// first read (or a provisional state of the server's early writes),
+	// h2Not once it is not HTTP/2. Next to rd: every inbound read loads it.
+	h2 atomic.Pointer[h2In]
 
 	cur atomic.Pointer[trace.Trace] // inbound: trace of the current request, nil for none
 	srv serving                     // inbound: the request being served, those waiting (serving.go)
@@ -166,7 +170,7 @@ type connState struct {
 }
 
 // connStatePad rounds connState up to 384 bytes on 64-bit platforms.
-const connStatePad = 16 * (^uintptr(0) >> 63)
+const connStatePad = 8 * (^uintptr(0) >> 63)
 
 // publish sets passed once the outbound stream has given up on HTTP;
 // called under wmu after a feed.
@@ -557,6 +561,7 @@ func (e *engine) forget(st *connState) {
 		}
 	}()
 	st.unbind()
+	st.h2.Load().closed()
 	if e.cfg.Mode == Record {
 		e.cfg.Recorder.Closed(&st.info)
 	}

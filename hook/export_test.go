@@ -18,6 +18,27 @@ func NoDenseIndex(t testing.TB) {
 // ServeTCP is serveTCP, for the tests of package hook_test.
 func ServeTCP(t *testing.T, handle func(net.Conn)) string { return serveTCP(t, handle) }
 
+// PatchGRPC patches grpc-go's outgoing metadata as Install does in replay
+// mode, with an engine active that only the patch consults, until t ends.
+func PatchGRPC(t testing.TB) {
+	tg, err := grpcTarget()
+	if err != nil {
+		t.Fatal(err)
+	}
+	undo, err := apply(tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !active.CompareAndSwap(nil, &engine{}) {
+		undo()
+		t.Fatal("an engine is active")
+	}
+	t.Cleanup(func() {
+		active.Store(nil)
+		undo()
+	})
+}
+
 // ForceTLSPanic makes every TLS hook panic where it looks up its
 // connection, until t ends.
 func ForceTLSPanic(t testing.TB) {

@@ -128,7 +128,7 @@ func TestInstallSkipsOptionalThatDoesNotFit(t *testing.T) {
 	jumpLen = smallest + 1
 	before := string(codeAt(rtPC, smallest))
 	var logs bytes.Buffer
-	undo, err := Install(Config{Mode: Replay, MockAddr: "127.0.0.1:9", NoTLS: true, Random: RandomOff, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	undo, err := Install(Config{Mode: Replay, MockAddr: "127.0.0.1:9", NoGRPC: true, NoTLS: true, Random: RandomOff, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)
 	defer undo()
 	st := ReadStats()

@@ -65,6 +65,16 @@ func Install(cfg Config) (undo func(), err error) {
 	if !rc.NoHTTP {
 		optional = append(optional, transportTarget)
 	}
+	if !rc.NoGRPC {
+		optional = append(optional, grpcReadTarget)
+		if rc.Mode == Replay {
+			// Record mode would need the in-band field removed from
+			// the connection's header blocks before the real peer sees
+			// them (inband.Rewriter), which the write hook does not do
+			// yet.
+			optional = append(optional, grpcTarget)
+		}
+	}
 	// Randomness: optional too, each source on its own.
 	var randomTargets []func() ([]target, error)
 	if rc.Random != RandomOff {
@@ -102,6 +112,9 @@ func Install(cfg Config) (undo func(), err error) {
 				}
 				continue
 			}
+		}
+		if errors.Is(err, errNotLinked) {
+			continue // nothing to patch: the program does not use it
 		}
 		refused = append(refused, err.Error())
 		e.log.Error("retrace: function left unpatched", "err", err)

@@ -14,6 +14,7 @@ var counters struct {
 	requests, traced, bound, framed, stripped, carried stripe.Counter
 
 	conns, preambles, redirected, failures, pipelined, diverged atomic.Int64
+	h2conns, h2unrecorded                                       atomic.Int64
 	tlsConns, tlsFaked                                          atomic.Int64
 }
 
@@ -49,8 +50,16 @@ type Stats struct {
 	CarriedRequests    int64 // HTTP requests that carried their trace in-band
 	StrippedRequests   int64 // outbound HTTP requests whose Retrace-* headers were stripped
 
+	// H2Conns counts accepted HTTP/2 connections whose streams were
+	// rewritten and bound one by one (replay mode).
+	H2Conns int64
+	// H2Unrecorded counts accepted HTTP/2 connections record mode could
+	// not record (logged once).
+	H2Unrecorded int64
+
 	TLSConns      int64 // TLS connections whose plaintext the TLS hooks followed
 	TLSHandshakes int64 // replay: TLS handshakes completed without TLS (redirected clients)
+
 	// Diverged counts the divergences of replayed requests' randomness
 	// from their recordings (one per request and source at most).
 	Diverged int64
@@ -83,6 +92,8 @@ func ReadStats() Stats {
 	s.FramedWrites = counters.framed.Load()
 	s.CarriedRequests = counters.carried.Load()
 	s.StrippedRequests = counters.stripped.Load()
+	s.H2Conns = counters.h2conns.Load()
+	s.H2Unrecorded = counters.h2unrecorded.Load()
 	s.TLSConns = counters.tlsConns.Load()
 	s.TLSHandshakes = counters.tlsFaked.Load()
 	s.Failures = counters.failures.Load()

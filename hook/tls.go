@@ -258,8 +258,8 @@ func (e *engine) handshaken(l *tlsLayout, st *connState, tc *tls.Conn) {
 // connection then reads and writes plaintext (see tlsConnRead). Its
 // ConnectionState is plausible: TLS 1.3, TLS_AES_128_GCM_SHA256, X25519,
 // the configured server name, and http/1.1 as ALPN when the client offers
-// it (the mock server answers HTTP/1; a client that offers only h2 gets no
-// ALPN). No certificate is presented, none is verified, and the config's
+// it (the mock server answers HTTP/1), else h2 when it offers that (a
+// gRPC client), else none. No certificate is presented, none is verified, and the config's
 // verification callbacks (VerifyPeerCertificate, VerifyConnection) are
 // not called. Close sends no close_notify.
 func (e *engine) fakeHandshake(l *tlsLayout, tc *tls.Conn) error {
@@ -278,6 +278,11 @@ func (e *engine) fakeHandshake(l *tlsLayout, tc *tls.Conn) error {
 		name = cfg.ServerName
 		if slices.Contains(cfg.NextProtos, "http/1.1") {
 			alpn = "http/1.1"
+		} else if slices.Contains(cfg.NextProtos, "h2") {
+			// A client of HTTP/2 only (grpc-go, which refuses a
+			// connection without it): the mock answers HTTP/2 by its
+			// preface (wire/http2).
+			alpn = "h2"
 		}
 	}
 	if name == "" {

@@ -75,7 +75,8 @@ func transportRoundTrip(t *http.Transport, req *http.Request) (*http.Response, e
 // TraceHeader. Only HTTP/1: plain, or over TLS when crypto/tls is hooked
 // (the TLS Write hook strips it from the plaintext) and the transport
 // cannot negotiate HTTP/2, whose compressed headers no Write hook could
-// strip it from.
+// strip it from; and h2c in replay mode, where the mock reads each
+// stream's trace from it.
 // inBand reports that the request sent carries a trace in TraceHeader.
 func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request, inBand bool) {
 	defer func() {
@@ -98,7 +99,10 @@ func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request,
 	default:
 		return req, false
 	}
-	if t != nil && t.Protocols != nil && t.Protocols.UnencryptedHTTP2() {
+	if t != nil && t.Protocols != nil && t.Protocols.UnencryptedHTTP2() && e.cfg.Mode != Replay {
+		// h2c: the header would be HPACK-compressed, and nothing strips it
+		// yet before a real server. In replay mode the connection goes to
+		// the mock, which reads each stream's trace from it.
 		return req, false
 	}
 	tid := trace.CurrentID()

@@ -73,7 +73,7 @@ func TestUndoRestores(t *testing.T) {
 	require.Equal(t, orig, snapshot(), "mode off patched something")
 	undo()
 
-	undo, err = hook.Install(hook.Config{Mode: hook.Replay, MockAddr: "127.0.0.1:9", Passthrough: []string{line.Addr}, Random: hook.RandomAll})
+	undo, err = hook.Install(hook.Config{Mode: hook.Replay, MockAddr: "127.0.0.1:9", Passthrough: []string{line.Addr}, NoGRPC: true, Random: hook.RandomAll})
 	require.NoError(t, err)
 	_, err = hook.Install(hook.Config{Mode: hook.Replay})
 	require.ErrorIs(t, err, hook.ErrInstalled)

@@ -136,8 +136,8 @@ func TestInitFromEnvironment(t *testing.T) {
 	require.Contains(t, out, "mode=off patched=0")
 
 	if recorderFactory != nil {
-		// Record mode: conn Read/Write/Close, the HTTP transport and the
-		// math/rand sources; no connect redirection, no clock.
+		// Record mode: conn Read/Write/Close, the HTTP transport, the TLS
+		// hooks and the math/rand sources; no connect redirection, no clock.
 		out, errOut = run("RETRACE_MODE=record", "RETRACE_RECORD="+t.TempDir())
 		require.Contains(t, out, "mode=record patched=10")
 		require.NotContains(t, out, "err=")

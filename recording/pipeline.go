@@ -8,9 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/retrace-dev/retrace/internal/stripe"
+	fastutf8 "github.com/segmentio/asm/utf8"
 )
 
 // Defaults of PipelineConfig.
@@ -507,7 +507,7 @@ func (w *pipelineWriter) write() {
 		}
 		if p.cfg.Decode != nil {
 			for i := range s.Calls {
-				if c := &s.Calls[i]; c.Decoded == "" && len(c.Request) > 0 && !utf8.Valid(c.Request) {
+				if c := &s.Calls[i]; c.Decoded == "" && len(c.Request) > 0 && !fastutf8.Valid(c.Request) {
 					c.Decoded = p.cfg.Decode(c.Proto, c.Request)
 				}
 			}

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/retrace-dev/retrace/wire/http1"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/replayer/diff"
 	"github.com/retrace-dev/retrace/trace"
+	"github.com/retrace-dev/retrace/wire/http1"
 )
 
 // Config describes a regression replay. Source and Target are required.

@@ -42,8 +42,9 @@
 //     body) and its named fields, for diffs, reports and grep.
 //
 // A protocol package knows its protocol and nothing of who uses it: it
-// imports the standard library and this package only, so the agent (which
-// links capture) stays light.
+// imports the standard library and this package only (or a message codec
+// its layout test allows: wire/postgres uses pgx's pgproto3), so the agent
+// (which links capture) stays light.
 //
 // # Concurrency
 //

@@ -61,6 +61,8 @@ var libraries = map[string]string{
 	"golang.org/x/net/http2/hpack": "wire/http2, wire/grpc, wire/http2/inband: HPACK header blocks",
 	module + "/wire/grpc":          "wire/http2: a gRPC call is an HTTP/2 stream; its decoded form splits the messages",
 	module + "/wire/protobuf":      "wire/http2: gRPC messages decoded by field number or name",
+	"github.com/jackc/pgx/v5/pgproto3": "wire/postgres: the PostgreSQL message codec of pgx, the driver most Go services use, " +
+		"so the mock decodes and encodes messages exactly as the client it answers (three small packages, no init)",
 }
 
 // libraryPrefixes: protobuf-go's packages, for wire/protobuf.

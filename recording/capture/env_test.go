@@ -38,6 +38,8 @@ func runChild() int {
 		return runEcho()
 	case "fanout":
 		return runFanOut()
+	case "pgfanout":
+		return runPGFanOut()
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(testenv.RedisEnv)})
 	return serveChild(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -308,20 +308,29 @@ const (
 func BenchmarkFanOutRatio(b *testing.B) {
 	const slice, clients = 400, 8
 	blocks, rounds := envInt(b, "CAPTURE_BENCH_BLOCKS", 6), envInt(b, "CAPTURE_BENCH_ROUNDS", 6)
-	redisAddr, dsn := testenv.RedisAddr(b), testenv.MySQLDSN(b)
+	// CAPTURE_BENCH_SERVICE=postgres measures the pgx fan-out service
+	// (three queries at once on a pgx pool) instead
+	pg := os.Getenv("CAPTURE_BENCH_SERVICE") == "postgres"
+	kind, check := "fanout", get
+	var redisAddr, dsn, pgURL, down string
 	// CAPTURE_BENCH_TLS=1: the HTTP downstream is HTTPS, behind a CA of
 	// the benchmark's own
 	scheme, tlsEnv, echoEnv := "http", []string(nil), []string(nil)
-	if os.Getenv("CAPTURE_BENCH_TLS") != "" {
-		ca := certtest.New(b)
-		dir := b.TempDir()
-		caFile, err := ca.WritePEM(dir)
-		require.NoError(b, err)
-		cert, key, err := ca.WriteLeaf(dir, "127.0.0.1")
-		require.NoError(b, err)
-		scheme, tlsEnv, echoEnv = "https", []string{fanOutCAEnv + "=" + caFile}, []string{echoCertEnv + "=" + cert, echoKeyEnv + "=" + key}
+	if pg {
+		kind, check, pgURL = "pgfanout", pgGet, testenv.PostgresURL(b)
+	} else {
+		redisAddr, dsn = testenv.RedisAddr(b), testenv.MySQLDSN(b)
+		if os.Getenv("CAPTURE_BENCH_TLS") != "" {
+			ca := certtest.New(b)
+			dir := b.TempDir()
+			caFile, err := ca.WritePEM(dir)
+			require.NoError(b, err)
+			cert, key, err := ca.WriteLeaf(dir, "127.0.0.1")
+			require.NoError(b, err)
+			scheme, tlsEnv, echoEnv = "https", []string{fanOutCAEnv + "=" + caFile}, []string{echoCertEnv + "=" + cert, echoKeyEnv + "=" + key}
+		}
+		down, _ = startChild(b, "echo", echoEnv...)
 	}
-	down, _ := startChild(b, "echo", echoEnv...)
 	aa := os.Getenv("CAPTURE_BENCH_AA") != ""
 	profiles := os.Getenv("CAPTURE_BENCH_PROFILES")
 	type mode struct {
@@ -352,7 +361,7 @@ func BenchmarkFanOutRatio(b *testing.B) {
 		for range clients {
 			wg.Go(func() {
 				for n.Add(1) <= int64(total) {
-					if err := get(s.c, s.addr, newReqID()); err != nil {
+					if err := check(s.c, s.addr, newReqID()); err != nil {
 						b.Error(err)
 						return
 					}
@@ -365,7 +374,10 @@ func BenchmarkFanOutRatio(b *testing.B) {
 	b.ResetTimer()
 	for blk := range blocks {
 		b.StopTimer()
-		table := createTable(b, dsn) // per block: MEMORY tables are bounded
+		table := ""
+		if !pg {
+			table = createTable(b, dsn) // per block: MEMORY tables are bounded
+		}
 		var svcs []*service
 		for i := range modes {
 			// each mode starts (and warms up) first in some blocks: the
@@ -374,6 +386,9 @@ func BenchmarkFanOutRatio(b *testing.B) {
 			env := []string{testenv.RedisEnv + "=" + redisAddr, testenv.MySQLEnv + "=" + dsn,
 				fanOutDownEnv + "=" + scheme + "://" + down, fanOutTableEnv + "=" + table}
 			env = append(env, tlsEnv...)
+			if pg {
+				env = []string{testenv.PostgresEnv + "=" + pgURL}
+			}
 			if m.rate != "" && !aa {
 				dir := b.TempDir()
 				m.dirs = append(m.dirs, dir)
@@ -384,7 +399,7 @@ func BenchmarkFanOutRatio(b *testing.B) {
 				env = append(env, fanOutProfileEnv+"="+filepath.Join(profiles, name))
 			}
 			s := &service{mode: m, c: newClient(2 * clients)}
-			s.addr, s.stop, s.cmd = startChildCmd(b, "fanout", env...)
+			s.addr, s.stop, s.cmd = startChildCmd(b, kind, env...)
 			svcs = append(svcs, s)
 		}
 		for _, s := range svcs {

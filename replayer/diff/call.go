@@ -6,8 +6,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/retrace-dev/retrace/wire"
 	"github.com/retrace-dev/retrace/wire/http1"
 	"github.com/retrace-dev/retrace/wire/mysql"
+	"github.com/retrace-dev/retrace/wire/postgres"
 	"github.com/retrace-dev/retrace/wire/redis"
 )
 
@@ -23,6 +25,10 @@ import (
 //     normalised, path "sql"; for statement commands (execute, close, …)
 //     the statement id, path "stmt_id", apart from the parameters, path
 //     "params"; a different command, path "command"
+//   - "postgres": each statement run or prepared, white space normalised,
+//     path "sql" (or "sql[i]" for several), every bound parameter decoded
+//     by type, path "params[j]", COPY data, path "copy" (statement names
+//     are the connection's own and are not compared)
 //   - anything else, or bytes that do not parse: path "bytes"
 func (r *Rules) CompareCalls(api, proto, dst string, want, got []byte) []Difference {
 	if bytes.Equal(want, got) {
@@ -48,6 +54,13 @@ func (r *Rules) CompareCalls(api, proto, dst string, want, got []byte) []Differe
 		if w, ok := mysql.Commands(want); ok {
 			if g, ok := mysql.Commands(got); ok {
 				c.mysqlPackets(w, g)
+				return c.result()
+			}
+		}
+	case postgres.Proto:
+		if w, ok := postgres.DecodeRequest(want, nil); ok {
+			if g, ok := postgres.DecodeRequest(got, nil); ok {
+				c.postgres(w, g)
 				return c.result()
 			}
 		}
@@ -146,11 +159,60 @@ func (c *collector) bytesAt(name string, want, got []byte) {
 // A recorded call like that which a replay never made is not a
 // difference.
 func Insignificant(proto string, req []byte) bool {
-	if proto != "mysql" {
-		return false
+	switch proto {
+	case "mysql":
+		cmds, ok := mysql.Commands(req)
+		return ok && len(cmds) == 0
+	case postgres.Proto:
+		return postgres.Insignificant(req)
 	}
-	cmds, ok := mysql.Commands(req)
-	return ok && len(cmds) == 0
+	return false
+}
+
+// postgres compares the statements, parameters and COPY data of two
+// decoded PostgreSQL requests.
+func (c *collector) postgres(w, g wire.Decoded) {
+	fields := func(d wire.Decoded, kind string) []string {
+		var out []string
+		for _, f := range d.Fields {
+			if f.Path == kind || strings.HasPrefix(f.Path, kind+"[") {
+				out = append(out, f.Value)
+			}
+		}
+		return out
+	}
+	list := func(name string, want, got []string, norm func(string) string) {
+		single := len(want) == 1 && len(got) == 1
+		for i := 0; i < len(want) || i < len(got); i++ {
+			c.push(keySeg(name))
+			if !single {
+				c.push(idxSeg(i))
+			}
+			switch {
+			case c.v.ignored(c.path):
+			case i >= len(got):
+				c.add(Removed, want[i], "", "")
+			case i >= len(want):
+				c.add(Added, "", got[i], "")
+			case norm(want[i]) != norm(got[i]):
+				c.add(Changed, want[i], got[i], "")
+			}
+			if !single {
+				c.pop()
+			}
+			c.pop()
+		}
+	}
+	same := func(s string) string { return s }
+	list("sql", fields(w, "sql"), fields(g, "sql"), func(s string) string { return strings.Join(strings.Fields(s), " ") })
+	list("params", fields(w, "params"), fields(g, "params"), same)
+	wc, gc := fields(w, "copy"), fields(g, "copy")
+	if len(wc)+len(gc) > 0 {
+		wb, gb := strings.Join(wc, ""), strings.Join(gc, "")
+		if wb != gb {
+			c.bytesAt("copy", []byte(wb), []byte(gb))
+		}
+	}
 }
 
 func (c *collector) mysqlPackets(want, got []mysql.Command) {

@@ -8,6 +8,7 @@ import (
 	"github.com/retrace-dev/retrace/wire"
 	"github.com/retrace-dev/retrace/wire/http1"
 	"github.com/retrace-dev/retrace/wire/mysql"
+	"github.com/retrace-dev/retrace/wire/postgres"
 	"github.com/retrace-dev/retrace/wire/raw"
 	"github.com/retrace-dev/retrace/wire/redis"
 )
@@ -17,4 +18,5 @@ var All = wire.NewRegistry(raw.Protocol,
 	http1.Protocol,
 	redis.Protocol,
 	mysql.Protocol,
+	postgres.Protocol,
 )

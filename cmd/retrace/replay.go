@@ -208,6 +208,13 @@ func runReplay(ctx context.Context, p *proc, args []string) error {
 	if bar != nil {
 		bar.Done(rep.Counts())
 	}
+	if *mockAdmin != "" {
+		if ds, err := regress.Destinations(ctx, *mockAdmin, cfg.MockAdminToken, *timeout); err != nil {
+			warn("destination decisions: %v", err)
+		} else {
+			rep.Destinations(ds)
+		}
+	}
 	if runErr != nil {
 		why := runErr.Error()
 		if ctx.Err() != nil {

@@ -88,3 +88,19 @@ func (a *admin) report(ctx context.Context, trace string) (*mockserver.TraceRepo
 func (a *admin) forget(ctx context.Context, trace string) error {
 	return a.do(ctx, http.MethodDelete, "/traces/"+url.PathEscape(trace), nil, nil)
 }
+
+// Destinations returns which recorded destination the mock server at
+// adminURL answered each live destination from, and why (GET
+// /destinations, DESIGN.md section 10).
+func Destinations(ctx context.Context, adminURL, token string, timeout time.Duration) ([]mockserver.DestDecision, error) {
+	a, err := newAdmin(adminURL, token, 1, timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer a.close()
+	var out []mockserver.DestDecision
+	if err := a.do(ctx, http.MethodGet, "/destinations", nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

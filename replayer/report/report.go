@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/replayer/diff"
 	"github.com/retrace-dev/retrace/replayer/regress"
 )
@@ -74,6 +75,10 @@ type Summary struct {
 	// DetailsShown is how many failing sessions the HTML report shows in
 	// full.
 	DetailsShown int `json:"details_shown"`
+	// Destinations are the mock server's decisions for live destinations
+	// no recording named as they were dialled (mapped or matched
+	// automatically: replay in another environment).
+	Destinations []mockserver.DestDecision `json:"destinations,omitempty"`
 }
 
 // APISummary is the tally of one API.
@@ -275,6 +280,16 @@ func (r *Report) Counts() Counts {
 // Incomplete marks the report as covering part of the run only (an
 // interrupted replay), saying why; summary.json then has "complete":
 // false.
+// Destinations keeps the mock server's destination decisions that are not
+// exact (see Summary.Destinations). Call it before Close.
+func (r *Report) Destinations(ds []mockserver.DestDecision) {
+	for _, d := range ds {
+		if d.How != mockserver.HowExact {
+			r.sum.Destinations = append(r.sum.Destinations, d)
+		}
+	}
+}
+
 func (r *Report) Incomplete(why string) {
 	if why == "" {
 		why = "stopped early"

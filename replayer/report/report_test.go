@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/retrace-dev/retrace/internal/testenv"
+	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/replayer/diff"
 	"github.com/retrace-dev/retrace/replayer/regress"
 	"github.com/retrace-dev/retrace/replayer/replaytest"
@@ -275,5 +276,46 @@ func TestProgress(t *testing.T) {
 		strings.Contains(out, "6/10") || !strings.HasSuffix(strings.TrimRight(out, " \n"), "/s") ||
 		!strings.Contains(out, "[##############################] 10/10  failed 2  errors 1") {
 		t.Errorf("progress output %q", out)
+	}
+}
+
+// A replay in another environment lists the mock's destination decisions
+// that were not exact, in summary.json and the text summary.
+func TestDestinationDecisions(t *testing.T) {
+	dir := t.TempDir()
+	rep, err := report.New(report.Options{Dir: dir, Target: "http://sut"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.Destinations([]mockserver.DestDecision{
+		{Live: "db:3306", Recorded: "db:3306", How: mockserver.HowExact},
+		{Live: "db.staging:3306", Recorded: "mysql-primary.prod:3306", How: mockserver.HowAuto, Proto: "mysql", Reason: "best of 1"},
+		{Live: "x:1", How: mockserver.HowNone, Reason: "no recording has a raw destination"},
+	})
+	sum, err := rep.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var onDisk report.Summary
+	b, err := os.ReadFile(filepath.Join(dir, report.SummaryFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &onDisk); err != nil {
+		t.Fatal(err)
+	}
+	if len(onDisk.Destinations) != 2 || onDisk.Destinations[0].Recorded != "mysql-primary.prod:3306" {
+		t.Errorf("summary.json destinations: %+v", onDisk.Destinations)
+	}
+	var text bytes.Buffer
+	report.WriteText(&text, sum)
+	for _, want := range []string{"destination db.staging:3306 answered as mysql-primary.prod:3306 (auto) best of 1",
+		"destination x:1 answered as nothing (every call a missing mock) (none)"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text summary lacks %q:\n%s", want, text.String())
+		}
+	}
+	if strings.Contains(text.String(), "destination db:3306") {
+		t.Errorf("an exact destination is listed:\n%s", text.String())
 	}
 }

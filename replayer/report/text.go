@@ -21,6 +21,13 @@ func WriteText(w io.Writer, s *Summary) {
 	if !s.Complete {
 		fmt.Fprintf(w, "INCOMPLETE: %s; the counts cover the sessions replayed until then\n", s.Incomplete)
 	}
+	for _, d := range s.Destinations {
+		to := d.Recorded
+		if to == "" {
+			to = "nothing (every call a missing mock)"
+		}
+		fmt.Fprintf(w, "destination %s answered as %s (%s) %s\n", d.Live, to, d.How, d.Reason)
+	}
 	if s.Mode == "ab" && s.Preexisting > 0 {
 		fmt.Fprintf(w, "%d sessions have differences the baseline shows too (not counted as failures)\n", s.Preexisting)
 	}

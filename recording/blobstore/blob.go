@@ -10,6 +10,7 @@
 package blobstore
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/rand"
@@ -55,16 +56,22 @@ type Store struct {
 	o      *recording.Settings
 	tag    string
 
-	mu       sync.Mutex // guards the current object
-	w        *blob.Writer
-	abort    context.CancelFunc // cancels w's upload: Close then writes nothing
-	zw       *gzip.Writer
-	name     string
-	line     []byte // scratch for encoding one session
-	bytes    int64
-	sessions int
-	counter  int
-	closed   atomic.Bool
+	mu    sync.Mutex // guards the current object
+	w     *blob.Writer
+	abort context.CancelFunc // cancels w's upload: Close then writes nothing
+	zw    *gzip.Writer
+	name  string
+	line  []byte // scratch for encoding one session
+	// cur holds the lines written to the current object, uncompressed:
+	// an object whose upload fails is lost whole, and its lines go to
+	// retry, written first into the next object (the backlog written when
+	// the bucket answers again). Both are bounded by maxRetry.
+	cur, retry []byte
+	bytes      int64
+	sessions   int
+	lost       int // bytes given up from retry since the last error said so
+	counter    int
+	closed     atomic.Bool
 }
 
 var _ recording.Store = (*Store)(nil)
@@ -122,14 +129,16 @@ func (s *Store) Write(ctx context.Context, ss []*recording.Session) error {
 			out = s.zw
 		}
 		if _, err := out.Write(line); err != nil {
-			// the object may hold part of the line: its upload is aborted
-			// (with the sessions it took since the last Flush: a limit of
-			// bucket stores) and this session goes to the next object
+			// the object may hold part of the line: its upload is
+			// aborted, the sessions it took since the last Flush go to
+			// the next object, and so does this one (the caller's retry)
 			s.abort()
 			_ = s.w.Close()
 			s.w, s.zw = nil, nil
+			s.keepForRetry()
 			return &recording.WriteError{Stored: i, Err: fmt.Errorf("recording: write object %s: %w", s.name, err)}
 		}
+		s.cur = append(s.cur, line...)
 		s.bytes += int64(len(line))
 		s.sessions++
 	}
@@ -141,6 +150,24 @@ func (s *Store) full(next int64) bool {
 		return true
 	}
 	return s.o.RotateBytes > 0 && s.bytes > 0 && s.bytes+next > s.o.RotateBytes
+}
+
+// maxRetry bounds the bytes of sessions kept for the next object after
+// failed uploads; beyond it the oldest are given up (and the error says so).
+const maxRetry = 64 << 20
+
+// keepForRetry moves the lines of the object just lost to retry.
+func (s *Store) keepForRetry() {
+	s.retry = append(s.retry, s.cur...)
+	s.cur = s.cur[:0]
+	if len(s.retry) > maxRetry {
+		cut := len(s.retry) - maxRetry
+		if i := bytes.IndexByte(s.retry[cut:], '\n'); i >= 0 {
+			cut += i + 1
+		}
+		s.retry = append(s.retry[:0], s.retry[cut:]...)
+		s.lost += cut
+	}
 }
 
 func (s *Store) openObject(ctx context.Context) error {
@@ -162,6 +189,23 @@ func (s *Store) openObject(ctx context.Context) error {
 	if s.o.Gzip {
 		s.zw = gzip.NewWriter(w)
 	}
+	s.cur = s.cur[:0]
+	if len(s.retry) > 0 {
+		// the sessions of objects whose upload failed, first
+		var out io.Writer = s.w
+		if s.zw != nil {
+			out = s.zw
+		}
+		if _, err := out.Write(s.retry); err != nil {
+			s.abort()
+			_ = s.w.Close()
+			s.w, s.zw = nil, nil
+			return fmt.Errorf("recording: write object %s: %w", s.name, err)
+		}
+		s.cur = append(s.cur, s.retry...)
+		s.bytes += int64(len(s.retry))
+		s.retry = s.retry[:0]
+	}
 	return nil
 }
 
@@ -177,15 +221,28 @@ func (s *Store) closeObject() error {
 	s.abort() // the upload is over: releases the writer's context
 	s.w, s.zw = nil, nil
 	if err != nil {
+		s.keepForRetry()
 		return fmt.Errorf("recording: close object %s: %w", s.name, err)
+	}
+	s.cur = s.cur[:0]
+	if s.lost > 0 {
+		lost := s.lost
+		s.lost = 0
+		return fmt.Errorf("recording: %d bytes of sessions given up after failed uploads (more than %d waited)", lost, maxRetry)
 	}
 	return nil
 }
 
-// Flush closes the current object, which makes it visible to readers.
-func (s *Store) Flush(context.Context) error {
+// Flush closes the current object, which makes it visible to readers;
+// sessions of failed uploads waiting for a retry are written first.
+func (s *Store) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.w == nil && len(s.retry) > 0 && !s.closed.Load() {
+		if err := s.openObject(ctx); err != nil {
+			return err
+		}
+	}
 	return s.closeObject()
 }
 
@@ -196,7 +253,11 @@ func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	return errors.Join(s.closeObject(), s.b.Close())
+	var err error
+	if s.w == nil && len(s.retry) > 0 {
+		err = s.openObject(context.Background())
+	}
+	return errors.Join(err, s.closeObject(), s.b.Close())
 }
 
 // Objects returns the names of the session objects in name (time) order.

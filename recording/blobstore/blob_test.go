@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gocloud.dev/blob"
 	"gocloud.dev/blob/fileblob"
 
 	"github.com/retrace-dev/retrace/recording"
@@ -62,4 +64,73 @@ func TestKeepsEverySessionOfATrace(t *testing.T) {
 	st, err := recording.Open(context.Background(), "mem://")
 	require.NoError(t, err)
 	storetest.SharedTrace(t, st)
+}
+
+// An upload that fails (here: a bucket on a full disk) loses no session:
+// the sessions the failed object took are written into the next object
+// once the bucket takes writes again (issue 26).
+func TestFailedUploadIsRetried(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", dir).CombinedOutput(); err != nil {
+		if os.Getenv("CI") != "" && os.Geteuid() == 0 {
+			t.Fatalf("mount tmpfs: %v %s", err, out)
+		}
+		t.Skipf("needs root to mount a small tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	b, err := fileblob.OpenBucket(dir, &fileblob.Options{Metadata: fileblob.MetadataDontWrite, NoTempDir: true})
+	require.NoError(t, err)
+	st := New(b)
+	ctx := context.Background()
+	filler := filepath.Join(dir, "filler")
+	require.NoError(t, os.WriteFile(filler, make([]byte, 200<<10), 0o600))
+
+	// 40 sessions of ~2 KiB each: the disk fills while they are written
+	// or when the object is closed
+	all := storetest.Sessions(40, "f")
+	for _, s := range all {
+		s.Inbound.Request = append(s.Inbound.Request, make([]byte, 2048)...)
+		for i := range s.Inbound.Request[len(s.Inbound.Request)-2048:] {
+			s.Inbound.Request[len(s.Inbound.Request)-2048+i] = 'x'
+		}
+	}
+	stored := 0
+	for stored < len(all) {
+		err := st.Write(ctx, all[stored:])
+		if err == nil {
+			stored = len(all)
+			break
+		}
+		var we *recording.WriteError
+		require.ErrorAs(t, err, &we)
+		stored += we.Stored
+		break
+	}
+	ferr := st.Flush(ctx)
+	require.True(t, stored < len(all) || ferr != nil, "the full disk failed no write: the test proves nothing")
+
+	// space returns; the caller retries what was not taken, then flushes
+	require.NoError(t, os.Remove(filler))
+	if stored < len(all) {
+		require.NoError(t, st.Write(ctx, all[stored:]))
+	}
+	require.NoError(t, st.Flush(ctx))
+	require.NoError(t, st.Close())
+
+	again := New(mustBucket(t, dir))
+	defer again.Close()
+	ids := storetest.ScanIDs(t, again)
+	assert.Len(t, ids, len(all), "every session once: %v", ids)
+	seen := map[string]bool{}
+	for _, id := range ids {
+		assert.False(t, seen[id], "session %s stored twice", id)
+		seen[id] = true
+	}
+}
+
+func mustBucket(t *testing.T, dir string) *blob.Bucket {
+	t.Helper()
+	b, err := fileblob.OpenBucket(dir, &fileblob.Options{Metadata: fileblob.MetadataDontWrite, NoTempDir: true})
+	require.NoError(t, err)
+	return b
 }

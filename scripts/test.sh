@@ -30,7 +30,8 @@ install_packages() {
 	local need=()
 	command -v redis-server >/dev/null || need+=(redis-server)
 	command -v mariadbd >/dev/null || need+=(mariadb-server)
-	pg_bin >/dev/null || need+=(postgresql)
+	# the server programs, and the postgres user they run as (initdb refuses root)
+	{ pg_bin >/dev/null && id postgres >/dev/null 2>&1; } || need+=(postgresql)
 	command -v openssl >/dev/null || need+=(openssl)
 	command -v chromium >/dev/null || need+=(chromium)
 	command -v curl >/dev/null || need+=(curl) # the README walkthrough (e2e) uses it

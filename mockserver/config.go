@@ -241,67 +241,39 @@ type Config struct {
 
 // withDefaults returns c with zero values replaced by their defaults, or an
 // error naming the first invalid field.
+// orDefault sets *v to def when it is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
 func (c Config) withDefaults() (Config, error) {
-	if c.Listen == "" {
-		c.Listen = DefaultListen
-	}
-	if c.Admin == "" {
-		c.Admin = DefaultAdmin
-	}
-	if c.ReadTimeout == 0 {
-		c.ReadTimeout = 10 * time.Second
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = 10 * time.Second
-	}
-	if c.MaxFrame == 0 {
-		c.MaxFrame = 16 << 20
-	}
-	if c.MaxMessage == 0 {
-		c.MaxMessage = 64 << 20
-	}
+	orDefault(&c.Listen, DefaultListen)
+	orDefault(&c.Admin, DefaultAdmin)
+	orDefault(&c.ReadTimeout, 10*time.Second)
+	orDefault(&c.WriteTimeout, 10*time.Second)
+	orDefault(&c.MaxFrame, 16<<20)
+	orDefault(&c.MaxMessage, 64<<20)
 	if len(c.Strategies) == 0 {
 		c.Strategies = []Strategy{StrategyOrder}
 	}
-	if c.CausalWait == 0 {
-		c.CausalWait = DefaultCausalWait
-	}
-	if c.MaxObserved == 0 {
-		c.MaxObserved = 100000
-	}
-	if c.MaxMissing == 0 {
-		c.MaxMissing = 10000
-	}
+	orDefault(&c.CausalWait, DefaultCausalWait)
+	orDefault(&c.MaxObserved, 100000)
+	orDefault(&c.MaxMissing, 10000)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = DefaultIdleTimeout
-	}
-	if c.TraceTTL == 0 {
-		c.TraceTTL = DefaultTraceTTL
-	}
-	if c.MaxTraces == 0 {
-		c.MaxTraces = DefaultMaxTraces
-	}
-	if c.MaxAliases == 0 {
-		c.MaxAliases = DefaultMaxAliases
-	}
-	if c.MaxConns == 0 {
-		c.MaxConns = DefaultMaxConns
-	}
-	if c.AdminReadTimeout == 0 {
-		c.AdminReadTimeout = DefaultAdminReadTimeout
-	}
-	if c.AdminWriteTimeout == 0 {
-		c.AdminWriteTimeout = DefaultAdminWriteTimeout
-	}
-	if c.LogWindow == 0 {
-		c.LogWindow = DefaultLogWindow
-	}
-	if c.LogBurst == 0 {
-		c.LogBurst = DefaultLogBurst
-	}
+	orDefault(&c.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&c.TraceTTL, DefaultTraceTTL)
+	orDefault(&c.MaxTraces, DefaultMaxTraces)
+	orDefault(&c.MaxAliases, DefaultMaxAliases)
+	orDefault(&c.MaxConns, DefaultMaxConns)
+	orDefault(&c.AdminReadTimeout, DefaultAdminReadTimeout)
+	orDefault(&c.AdminWriteTimeout, DefaultAdminWriteTimeout)
+	orDefault(&c.LogWindow, DefaultLogWindow)
+	orDefault(&c.LogBurst, DefaultLogBurst)
 	switch {
 	case c.ReadTimeout < 0 || c.WriteTimeout < 0 || c.AdminReadTimeout < 0 || c.AdminWriteTimeout < 0:
 		return c, errors.New("mockserver: read and write timeouts must not be negative")

@@ -215,8 +215,8 @@ func (c *conn) run() error {
 func (c *conn) open() error {
 	if d, ok := c.s.resolveFixed(c.live); ok && d.Recorded != "" {
 		c.dst = d.Recorded
-		if p := c.s.protoFor(c.dst); p != "" {
-			return c.start(protocols.All.For(p))
+		if d.Proto != "" {
+			return c.start(protocols.All.For(d.Proto))
 		}
 		return nil
 	}

@@ -85,11 +85,17 @@ func TestNetHTTPH2C(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(ctx)
+	// net/http's client may dial a second connection while the first is
+	// still settling (seen under -race on a loaded machine): the streams
+	// of every connection are the exchanges
 	taps := l.taps()
-	if len(taps) != 1 {
-		t.Fatalf("%d connections", len(taps))
+	if len(taps) == 0 {
+		t.Fatal("no connection")
 	}
-	xs := feedLog(t, taps[0].chunks(), rand.New(rand.NewPCG(1, 2)), 300)
+	var xs []*http2.Exchange
+	for i, tp := range taps {
+		xs = append(xs, feedLog(t, tp.chunks(), rand.New(rand.NewPCG(1, uint64(2+i))), 300)...)
+	}
 	if len(xs) != n {
 		t.Fatalf("%d exchanges, want %d", len(xs), n)
 	}

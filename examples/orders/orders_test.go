@@ -15,7 +15,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 
+	"github.com/retrace-dev/retrace/examples/fraud"
 	"github.com/retrace-dev/retrace/examples/orders"
 	"github.com/retrace-dev/retrace/examples/orders/orderstest"
 	"github.com/retrace-dev/retrace/examples/pricing"
@@ -32,6 +34,7 @@ type env struct {
 	http    *httptest.Server
 	mu      sync.Mutex
 	pricing []string // request URIs seen by the pricing service
+	fraud   []string // methods called on the fraud service
 }
 
 func newEnv(t *testing.T, variant string) *env {
@@ -45,6 +48,15 @@ func newEnv(t *testing.T, variant string) *env {
 		})
 	})
 	e.cfg = orderstest.Config(t, p.URL)
+	e.cfg.FraudAddr = orderstest.Fraud(t,
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			e.noteFraud(info.FullMethod)
+			return h(ctx, req)
+		}),
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			e.noteFraud(info.FullMethod)
+			return h(srv, ss)
+		}))
 	e.cfg.Variant = variant
 	srv, err := orders.NewServer(e.cfg)
 	if err != nil {
@@ -59,6 +71,12 @@ func newEnv(t *testing.T, variant string) *env {
 		}
 	})
 	return e
+}
+
+func (e *env) noteFraud(method string) {
+	e.mu.Lock()
+	e.fraud = append(e.fraud, method)
+	e.mu.Unlock()
 }
 
 func (e *env) do(method, path string, body any) (int, []byte) {
@@ -152,6 +170,48 @@ func TestOrderLifecycle(t *testing.T) {
 	defer e.mu.Unlock()
 	if len(e.pricing) != 1 || e.pricing[0] != "/price?sku=KB-101&sku=CB-010" {
 		t.Errorf("pricing requests %q", e.pricing)
+	}
+	if fmt.Sprint(e.fraud) != fmt.Sprint([]string{fraud.ScreenMethod, fraud.CheckMethod}) {
+		t.Errorf("fraud calls %q", e.fraud)
+	}
+}
+
+// TestFraudRefuses: an order the fraud check refuses is a 422 with its
+// score and reasons, and is not stored; with the fraud service down, a 502
+// naming it.
+func TestFraudRefuses(t *testing.T) {
+	e := newEnv(t, orders.VariantNormal)
+	const uid = 15 // ships to the US, standard tier
+	if u := orders.SeedUser(uid); u.Country != "US" || u.Tier != "standard" {
+		t.Fatalf("seed user %d is %+v", uid, u)
+	}
+	big := orders.CreateOrder{UserID: uid, Items: []orders.OrderItem{{"MN-270", 3}, {"DK-500", 3}, {"HD-330", 1}}}
+	code, b := e.do("POST", "/orders", big)
+	var er struct{ Error string }
+	json.Unmarshal(b, &er)
+	if code != http.StatusUnprocessableEntity || !strings.Contains(er.Error, "refused by the fraud check: score 105") ||
+		!strings.Contains(er.Error, "ships outside the EU (US)") {
+		t.Fatalf("%d %s", code, b)
+	}
+	if code, b := e.do("POST", "/orders", orders.CreateOrder{UserID: uid, Items: []orders.OrderItem{{"CB-010", 1}}}); code != http.StatusCreated {
+		t.Fatalf("small order of the same user: %d %s", code, b)
+	}
+	code, b = e.do("GET", "/users/15/orders", nil)
+	if uo := decode[orders.UserOrders](t, b); code != 200 || len(uo.Orders) != 1 {
+		t.Fatalf("orders of user 15: %s", b)
+	}
+
+	cfg := e.cfg
+	cfg.FraudAddr = "127.0.0.1:1"
+	srv, err := orders.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, httptest.NewRequest("POST", "/orders", strings.NewReader(`{"user_id":1,"items":[{"sku":"KB-101","qty":1}]}`)))
+	if rec.Code != http.StatusBadGateway || !strings.Contains(rec.Body.String(), "fraud screen") {
+		t.Fatalf("fraud service down: %d %s", rec.Code, rec.Body)
 	}
 }
 
@@ -286,6 +346,7 @@ func TestConfig(t *testing.T) {
 		{"empty", orders.Config{}, "MySQL DSN is empty"},
 		{"bad dsn", orders.Config{MySQLDSN: "nope", RedisAddr: "x:1", PricingURL: "http://x"}, `MySQL DSN "nope"`},
 		{"bad url", orders.Config{MySQLDSN: "u@tcp(127.0.0.1:1)/d", RedisAddr: "x:1", PricingURL: "ftp://x"}, `pricing URL "ftp://x"`},
+		{"bad fraud address", orders.Config{MySQLDSN: "u@tcp(127.0.0.1:1)/d", RedisAddr: "x:1", PricingURL: "http://x", FraudAddr: "fraud"}, `fraud service address "fraud"`},
 		{"bad variant", orders.Config{MySQLDSN: "u@tcp(127.0.0.1:1)/d", RedisAddr: "x:1", PricingURL: "http://x", Variant: "v2"}, `variant "v2"`},
 	}
 	for _, tc := range cases {

@@ -155,7 +155,7 @@ func TestSchema(t *testing.T) {
 	if in.Name() != "Order" || out.Name() != "Verdict" {
 		t.Fatalf("Check: %s → %s", in.Name(), out.Name())
 	}
-	wire, err := fraud.Marshal(order(7, "NL", "gold", fraud.Line{"KB-101", 1, 8999}))
+	wire, err := order(7, "NL", "gold", fraud.Line{"KB-101", 1, 8999}).Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -253,4 +253,7 @@ func verdictOf(m protoreflect.Message) *Verdict {
 }
 
 // Marshal is o in protobuf, as it goes on the wire.
-func Marshal(o *Order) ([]byte, error) { return proto.Marshal(o.message()) }
+func (o *Order) Marshal() ([]byte, error) { return proto.Marshal(o.message()) }
+
+// Marshal is v in protobuf, as it goes on the wire.
+func (v *Verdict) Marshal() ([]byte, error) { return proto.Marshal(v.message()) }

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"google.golang.org/grpc"
 
+	"github.com/retrace-dev/retrace/examples/fraud"
 	"github.com/retrace-dev/retrace/examples/orders"
 	"github.com/retrace-dev/retrace/examples/pricing"
 	"github.com/retrace-dev/retrace/internal/certtest"
@@ -20,20 +22,21 @@ import (
 // DownstreamAddrs are the addresses the embedded downstreams listen on;
 // empty fields pick free loopback ports.
 type DownstreamAddrs struct {
-	MySQL, Redis, Pricing string
+	MySQL, Redis, Pricing, Fraud string
 	// CAFile is where the PEM certificate of the CA that signed the
 	// pricing service's certificate is written; empty: a temporary file.
 	CAFile string
 }
 
-// Downstreams are the orders example's three downstreams, embedded in this
-// process: MySQL (go-mysql-server), Redis (miniredis) and the pricing
-// service. Stop and Restart keep the data and the addresses, so the demo can
+// Downstreams are the orders example's four downstreams, embedded in this
+// process: MySQL (go-mysql-server), Redis (miniredis), the pricing service
+// (HTTPS) and the fraud-check service (gRPC). Stop and Restart keep the data and the addresses, so the demo can
 // take them away during a replay and bring them back for the load test.
 type Downstreams struct {
 	MySQL   *MySQL
 	Redis   *miniredis.Miniredis
 	pricing *httpService
+	fraud   *grpcService
 	cfg     orders.Config // addresses fixed at start: they survive Stop
 	caDir   string        // holds the pricing service's CA certificate
 }
@@ -55,6 +58,9 @@ func StartDownstreams(ctx context.Context, a DownstreamAddrs) (_ *Downstreams, e
 	}
 	if a.Pricing == "" {
 		a.Pricing = "127.0.0.1:0"
+	}
+	if a.Fraud == "" {
+		a.Fraud = "127.0.0.1:0"
 	}
 	if d.MySQL, err = StartMySQL(a.MySQL, "orders"); err != nil {
 		return nil, err
@@ -89,8 +95,12 @@ func StartDownstreams(ctx context.Context, a DownstreamAddrs) (_ *Downstreams, e
 	if err := d.pricing.restart(); err != nil {
 		return nil, fmt.Errorf("demo: pricing service: %w", err)
 	}
+	d.fraud = &grpcService{addr: a.Fraud}
+	if err := d.fraud.restart(); err != nil {
+		return nil, fmt.Errorf("demo: fraud service: %w", err)
+	}
 	d.cfg = orders.Config{MySQLDSN: d.MySQL.DSN(), RedisAddr: d.Redis.Addr(), PricingURL: "https://" + d.pricing.addr,
-		PricingCA: caFile}
+		PricingCA: caFile, FraudAddr: d.fraud.addr}
 	srv, err := orders.NewServer(d.cfg)
 	if err != nil {
 		return nil, err
@@ -108,6 +118,9 @@ func (d *Downstreams) OrdersConfig() orders.Config { return d.cfg }
 // PricingURL is the base URL of the pricing service.
 func (d *Downstreams) PricingURL() string { return d.cfg.PricingURL }
 
+// FraudAddr is the host:port of the fraud-check service.
+func (d *Downstreams) FraudAddr() string { return d.cfg.FraudAddr }
+
 // RedisAddr is the host:port of Redis (also while stopped).
 func (d *Downstreams) RedisAddr() string { return d.cfg.RedisAddr }
 
@@ -115,10 +128,10 @@ func (d *Downstreams) RedisAddr() string { return d.cfg.RedisAddr }
 func (d *Downstreams) Env() []string {
 	c := d.OrdersConfig()
 	return []string{orders.EnvMySQLDSN + "=" + c.MySQLDSN, orders.EnvRedisAddr + "=" + c.RedisAddr,
-		orders.EnvPricingURL + "=" + c.PricingURL, orders.EnvPricingCA + "=" + c.PricingCA}
+		orders.EnvPricingURL + "=" + c.PricingURL, orders.EnvPricingCA + "=" + c.PricingCA, orders.EnvFraudAddr + "=" + c.FraudAddr}
 }
 
-// Stop stops all three, keeping data and addresses.
+// Stop stops all four, keeping data and addresses.
 func (d *Downstreams) Stop() error {
 	var errs []error
 	if d.MySQL != nil {
@@ -129,6 +142,9 @@ func (d *Downstreams) Stop() error {
 	}
 	if d.pricing != nil {
 		errs = append(errs, d.pricing.stop())
+	}
+	if d.fraud != nil {
+		errs = append(errs, d.fraud.stop())
 	}
 	return errors.Join(errs...)
 }
@@ -141,7 +157,10 @@ func (d *Downstreams) Restart() error {
 	if err := d.Redis.Restart(); err != nil {
 		return fmt.Errorf("demo: embedded Redis on %s: %w", d.cfg.RedisAddr, err)
 	}
-	return d.pricing.restart()
+	if err := d.pricing.restart(); err != nil {
+		return err
+	}
+	return d.fraud.restart()
 }
 
 // Close stops everything for good.
@@ -188,6 +207,40 @@ func (s *httpService) stop() error {
 	}
 	err := s.srv.Close()
 	<-s.done
+	s.srv = nil
+	return err
+}
+
+// grpcService is the fraud-check service's gRPC server, which can be
+// stopped and restarted on the same address.
+type grpcService struct {
+	addr string
+	srv  *grpc.Server
+	done chan error
+}
+
+func (s *grpcService) restart() error {
+	if s.srv != nil {
+		return fmt.Errorf("demo: %s is running", s.addr)
+	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return err
+	}
+	s.addr = ln.Addr().String()
+	s.srv = fraud.NewGRPCServer()
+	s.done = make(chan error, 1)
+	srv := s.srv
+	go func() { s.done <- srv.Serve(ln) }()
+	return nil
+}
+
+func (s *grpcService) stop() error {
+	if s.srv == nil {
+		return nil
+	}
+	s.srv.Stop()
+	err := <-s.done
 	s.srv = nil
 	return err
 }

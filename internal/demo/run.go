@@ -12,12 +12,16 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/retrace-dev/retrace/examples/fraud"
 	"github.com/retrace-dev/retrace/examples/orders"
 	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/replayer/diff"
 	"github.com/retrace-dev/retrace/replayer/regress"
 	"github.com/retrace-dev/retrace/replayer/report"
+	"github.com/retrace-dev/retrace/wire"
+	"github.com/retrace-dev/retrace/wire/http2"
+	"github.com/retrace-dev/retrace/wire/protobuf"
 )
 
 // Options configure Run. Zero values are noted per field.
@@ -159,6 +163,7 @@ func (d *demo) run(ctx context.Context) error {
 	d.say("MySQL  (in-memory go-mysql-server)  %s   schema and %d users loaded", d.dn.MySQL.Addr(), orders.SeedUsers)
 	d.say("Redis  (in-memory miniredis)        %s   stock, coupons, discounts", d.dn.RedisAddr())
 	d.say("HTTPS  (pricing service)            %s   certificate made at start by a private CA", d.dn.PricingURL())
+	d.say("gRPC   (fraud-check service)        %s   Screen (server stream), Check (unary), health", d.dn.FraudAddr())
 
 	if err := d.record(ctx); err != nil {
 		return err
@@ -168,7 +173,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.dn.Stop(); err != nil {
 		return err
 	}
-	d.say("MySQL, Redis and pricing are gone: from now on only the recordings can answer.")
+	d.say("MySQL, Redis, pricing and fraud are gone: from now on only the recordings can answer.")
 
 	mock, err := d.startMock(ctx)
 	if err != nil {
@@ -246,6 +251,9 @@ func (d *demo) record(ctx context.Context) error {
 	}
 	if example != nil {
 		d.say("e.g. session %s: %s with %s", example.ID, firstLine(example.Inbound.Request), callSummary(example))
+		for _, l := range grpcCalls(example) {
+			d.say("  %s", l)
+		}
 	}
 	if n != st.Requests {
 		return fmt.Errorf("demo: %d requests sent but %d sessions recorded", st.Requests, n)
@@ -388,7 +396,7 @@ func countSessions(ctx context.Context, dir string) (n, background int, example 
 			return nil
 		}
 		n++
-		if example == nil && strings.HasPrefix(string(s.Inbound.Request), "POST /orders ") {
+		if example == nil && strings.HasPrefix(string(s.Inbound.Request), "POST /orders ") && strings.Contains(firstLine(s.Inbound.Response), " 201 ") {
 			example = s
 		}
 		return nil
@@ -421,6 +429,58 @@ func callSummary(s *recording.Session) string {
 		out += fmt.Sprintf(" (+%d connection set-up)", setup)
 	}
 	return out
+}
+
+// grpcCalls shows the gRPC calls of a session decoded, their messages by
+// field name from the fraud service's descriptor set.
+func grpcCalls(s *recording.Session) []string {
+	var schema *protobuf.Schema
+	if b, err := fraud.FileDescriptorSet(); err == nil {
+		schema, _ = protobuf.ParseSchema(b)
+	}
+	var out []string
+	for _, c := range s.Calls {
+		if c.Proto != http2.GRPCName || c.Setup {
+			continue
+		}
+		req, _, rerr := http2.ParseMessage(c.Request)
+		resp, _, perr := http2.ParseMessage(c.Response)
+		if rerr != nil || perr != nil {
+			out = append(out, fmt.Sprintf("gRPC call not decoded: %v", errors.Join(rerr, perr)))
+			continue
+		}
+		path, _ := http2.Get(req.Header, ":path")
+		in := http2.DecodeMessage(false, req, schema, path)
+		back := http2.DecodeMessage(true, resp, schema, path)
+		out = append(out, fmt.Sprintf("gRPC %s %s → %s %s", path, messages(in), back.Text, messages(back)))
+	}
+	return out
+}
+
+// messages lists the message fields of a decoded half, "{a=1 b=2} {…}".
+func messages(d wire.Decoded) string {
+	var b strings.Builder
+	cur := ""
+	for _, f := range d.Fields {
+		m, field, ok := strings.Cut(f.Path, "].")
+		if !ok || !strings.HasPrefix(m, "message[") {
+			continue
+		}
+		if m != cur {
+			if cur != "" {
+				b.WriteString("} ")
+			}
+			b.WriteString("{")
+			cur = m
+		} else {
+			b.WriteString(" ")
+		}
+		b.WriteString(field + "=" + f.Value)
+	}
+	if cur != "" {
+		b.WriteString("}")
+	}
+	return b.String()
 }
 
 func sortedKeys[K interface{ ~int | ~string }, V any](m map[K]V) []K {

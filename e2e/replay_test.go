@@ -4,17 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"golang.org/x/net/http2/hpack"
 
+	"github.com/retrace-dev/retrace/examples/fraud"
 	"github.com/retrace-dev/retrace/examples/orders"
 	"github.com/retrace-dev/retrace/examples/orders/orderstest"
 	"github.com/retrace-dev/retrace/internal/demo"
@@ -25,6 +29,7 @@ import (
 	"github.com/retrace-dev/retrace/replayer/load"
 	"github.com/retrace-dev/retrace/replayer/regress"
 	"github.com/retrace-dev/retrace/replayer/report"
+	"github.com/retrace-dev/retrace/wire/http2"
 )
 
 const (
@@ -34,14 +39,15 @@ const (
 )
 
 // stage is the orders service's world in one test: real MariaDB and Redis
-// and an in-process pricing service, each behind a proxy the test can stop.
+// and in-process pricing (HTTP) and fraud-check (gRPC) services, each
+// behind a proxy the test can stop.
 type stage struct {
-	t                     *testing.T
-	ordersBin             string
-	dir                   string
-	mysql, redis, pricing *tcpProxy
-	env                   []string // ORDERS_* pointing at the proxies
-	replayEnv             []string // more environment for the service replayClean starts
+	t                            *testing.T
+	ordersBin                    string
+	dir                          string
+	mysql, redis, pricing, fraud *tcpProxy
+	env                          []string // ORDERS_* pointing at the proxies
+	replayEnv                    []string // more environment for the service replayClean starts
 }
 
 func newStage(t *testing.T) *stage {
@@ -57,7 +63,7 @@ func newStage(t *testing.T) *stage {
 		t.Fatal(err)
 	}
 	s := &stage{t: t, ordersBin: ordersBin, dir: t.TempDir(),
-		mysql: newProxy(t, mc.Addr), redis: newProxy(t, cfg.RedisAddr), pricing: newProxy(t, pu.Host)}
+		mysql: newProxy(t, mc.Addr), redis: newProxy(t, cfg.RedisAddr), pricing: newProxy(t, pu.Host), fraud: newProxy(t, orderstest.Fraud(t))}
 	mc.Addr = s.mysql.Addr()
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -69,6 +75,7 @@ func newStage(t *testing.T) *stage {
 		orders.EnvRedisAddr + "=" + s.redis.Addr(),
 		orders.EnvRedisPrefix + "=" + cfg.RedisPrefix,
 		orders.EnvPricingURL + "=http://" + s.pricing.Addr(),
+		orders.EnvFraudAddr + "=" + s.fraud.Addr(),
 		// A CI machine running other packages' tests beside this one has
 		// put the load step's requests 8 s behind their schedule, and
 		// downstream calls over the default 5 s bound failed with 502.
@@ -95,10 +102,15 @@ func (s *stage) service(name string, env ...string) *demo.Service {
 	return svc
 }
 
-func (s *stage) stopDownstreams()  { s.mysql.Stop(); s.redis.Stop(); s.pricing.Stop() }
-func (s *stage) startDownstreams() { s.mysql.Start(); s.redis.Start(); s.pricing.Start() }
+func (s *stage) stopDownstreams() { s.mysql.Stop(); s.redis.Stop(); s.pricing.Stop(); s.fraud.Stop() }
+func (s *stage) startDownstreams() {
+	s.mysql.Start()
+	s.redis.Start()
+	s.pricing.Start()
+	s.fraud.Start()
+}
 func (s *stage) downstreamConns() int64 {
-	return s.mysql.Accepted() + s.redis.Accepted() + s.pricing.Accepted()
+	return s.mysql.Accepted() + s.redis.Accepted() + s.pricing.Accepted() + s.fraud.Accepted()
 }
 
 // TestRecordReplayLoad is the story of issue 7 against real servers: record
@@ -144,6 +156,7 @@ func TestRecordReplayLoad(t *testing.T) {
 		}
 	}
 	t.Logf("recorded %d sessions: %v", len(sessions), byAPI)
+	checkFraudCalls(t, sessions, s.fraud.Addr())
 
 	// Replay with every downstream stopped.
 	s.stopDownstreams()
@@ -255,6 +268,69 @@ func TestRecordReplayLoad(t *testing.T) {
 	}
 	b, _ := json.Marshal(ls.APIs)
 	t.Logf("load: %s", b)
+}
+
+// checkFraudCalls checks the fraud-check calls of recorded orders
+// sessions: a session that created an order made exactly a Screen and a
+// Check, both to dst over HTTP/2 as proto grpc, both about the session's
+// own order (its user, its lines); no other session made one. Many
+// requests share the orders service's one ClientConn, so this is the
+// per-stream attribution on a shared connection.
+func checkFraudCalls(t *testing.T, sessions []*recording.Session, dst string) {
+	t.Helper()
+	checked := 0
+	for _, se := range sessions {
+		var paths []string
+		var wantUser string
+		if strings.HasPrefix(string(se.Inbound.Request), "POST /orders ") {
+			var body orders.CreateOrder
+			if _, b, ok := strings.Cut(string(se.Inbound.Request), "\r\n\r\n"); ok && json.Unmarshal([]byte(b), &body) == nil {
+				wantUser = strconv.FormatInt(body.UserID, 10)
+			}
+		}
+		for _, c := range se.Calls {
+			if c.Proto != http2.GRPCName || c.Setup {
+				continue
+			}
+			m, _, err := http2.ParseMessage(c.Request)
+			if err != nil {
+				t.Errorf("session %s: a grpc call not in the recorded form: %v", se.ID, err)
+				continue
+			}
+			p, _ := http2.Get(m.Header, ":path")
+			paths = append(paths, p)
+			if c.Dst != dst {
+				t.Errorf("session %s: %s to %s, want %s", se.ID, p, c.Dst, dst)
+			}
+			// message[0].1 is Order.user_id, by field number
+			var user string
+			for _, f := range http2.DecodeMessage(false, m, nil, p).Fields {
+				if f.Path == "message[0].1" {
+					user = f.Value
+				}
+			}
+			if user != wantUser {
+				t.Errorf("session %s (user %s): its %s call is about user %q", se.ID, wantUser, p, user)
+			}
+			for _, f := range append(append([]hpack.HeaderField(nil), m.Header...), m.Trailer...) {
+				if strings.HasPrefix(f.Name, "retrace-") {
+					t.Errorf("session %s: %s recorded with %s: %s", se.ID, p, f.Name, f.Value)
+				}
+			}
+		}
+		created := strings.Contains(firstLine(se.Inbound.Response), " 201 ")
+		if created {
+			checked++
+			if fmt.Sprint(paths) != fmt.Sprint([]string{fraud.ScreenMethod, fraud.CheckMethod}) {
+				t.Errorf("session %s created an order with fraud calls %v, want Screen then Check", se.ID, paths)
+			}
+		} else if len(paths) > 0 && !strings.Contains(firstLine(se.Inbound.Response), " 422 ") {
+			t.Errorf("session %s (%s) made fraud calls %v", se.ID, firstLine(se.Inbound.Response), paths)
+		}
+	}
+	if checked == 0 {
+		t.Error("no session created an order")
+	}
 }
 
 // startMock starts a mock server loaded with sessions, closed at the end of

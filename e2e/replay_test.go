@@ -170,8 +170,10 @@ func TestRecordReplayLoad(t *testing.T) {
 	sum, results := replayAll(t, cfg, filepath.Join(s.dir, "report-changed"))
 	// Every session that reached the pricing service must fail at the
 	// pricing request's channel; those that created an order also at
-	// body.status; nothing else may differ, and no other session may fail.
-	priced, created := map[string]bool{}, map[string]bool{}
+	// body.status; those that created a discounted order also at the
+	// fraud check's total_cents (field 4 of the gRPC message); nothing else
+	// may differ, and no other session may fail.
+	priced, created, discounted := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, se := range sessions {
 		for _, c := range se.Calls {
 			if c.Proto == "http" && !c.Setup {
@@ -180,30 +182,37 @@ func TestRecordReplayLoad(t *testing.T) {
 		}
 		if strings.Contains(firstLine(se.Inbound.Response), " 201 ") {
 			created[se.ID] = true
+			var o orders.Order
+			if _, b, ok := strings.Cut(string(se.Inbound.Response), "\r\n\r\n"); ok && json.Unmarshal([]byte(b), &o) == nil && o.DiscountCents > 0 {
+				discounted[se.ID] = true
+			}
 		}
 	}
-	if sum.Failed != len(priced) || sum.Errors != 0 || len(created) == 0 {
-		t.Errorf("changed build: %d failed, %d errors; want the %d sessions that reached pricing (%d created an order) to fail",
-			sum.Failed, sum.Errors, len(priced), len(created))
+	if sum.Failed != len(priced) || sum.Errors != 0 || len(created) == 0 || len(discounted) == 0 {
+		t.Errorf("changed build: %d failed, %d errors; want the %d sessions that reached pricing (%d created an order, %d discounted) to fail",
+			sum.Failed, sum.Errors, len(priced), len(created), len(discounted))
 	}
 	for _, r := range results {
 		if r.Status != regress.Failed {
 			continue
 		}
-		var status, channel bool
+		var status, channel, total bool
 		for _, f := range r.Findings {
 			switch {
 			case f.Where == regress.InResponse && f.Path == "body.status" && strings.Contains(f.Want, "created") && strings.Contains(f.Got, "pending"):
 				status = true
 			case f.Where == regress.InDownstream && f.Call != nil && f.Call.Proto == "http" && strings.Contains(f.Path+" "+f.Got, "channel"):
 				channel = true
+			case f.Where == regress.InDownstream && f.Call != nil && f.Call.Proto == http2.GRPCName &&
+				(strings.HasSuffix(f.Path, "].4") || strings.HasSuffix(f.Path, ".total_cents")):
+				total = true
 			case f.Where == regress.InResponse || f.Call == nil || f.Call.Proto != "mysql":
 				t.Errorf("session %s: unexpected difference %s (%s → %s)", r.Session, f.Label(), f.Want, f.Got)
 			}
 		}
-		if !priced[r.Session] || !channel || status != created[r.Session] {
-			t.Errorf("session %s %s (created an order: %v): findings %s; want the pricing request's channel, and body.status created→pending for a created order",
-				r.Session, r.API, created[r.Session], labels(r.Findings))
+		if !priced[r.Session] || !channel || status != created[r.Session] || (created[r.Session] && total != discounted[r.Session]) {
+			t.Errorf("session %s %s (created an order: %v, discounted: %v): findings %s; want the pricing request's channel, body.status created→pending for a created order, the fraud check's total for a discounted one",
+				r.Session, r.API, created[r.Session], discounted[r.Session], labels(r.Findings))
 		}
 	}
 	if err := changed.Stop(); err != nil {

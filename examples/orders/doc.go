@@ -20,6 +20,7 @@
 // The service itself knows nothing of retrace: its main (cmd/orders) adds the
 // one blank import of the agent. Variant "changed" (env ORDERS_VARIANT) is a
 // deliberately different build for regression-replay demonstrations: new
-// orders get status "pending" instead of "created" and the pricing request
-// carries an extra channel parameter.
+// orders get status "pending" instead of "created", the pricing request
+// carries an extra channel parameter, and the fraud check of a discounted
+// order is told the total before the discount.
 package orders

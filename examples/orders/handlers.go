@@ -149,6 +149,9 @@ func (s *Server) checkFraud(ctx context.Context, u *User, o *Order) error {
 		return nil
 	}
 	fo := &fraud.Order{UserID: u.ID, Country: u.Country, Tier: u.Tier, TotalCents: o.TotalCents, Currency: o.Currency}
+	if s.cfg.Variant == VariantChanged {
+		fo.TotalCents = o.SubtotalCents + o.ShippingCents // the changed build forgets the discount
+	}
 	for _, l := range o.Lines {
 		fo.Lines = append(fo.Lines, fraud.Line{SKU: l.SKU, Qty: int32(l.Qty), UnitCents: l.UnitCents})
 	}

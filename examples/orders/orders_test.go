@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/retrace-dev/retrace/examples/fraud"
 	"github.com/retrace-dev/retrace/examples/orders"
@@ -35,6 +36,7 @@ type env struct {
 	mu      sync.Mutex
 	pricing []string // request URIs seen by the pricing service
 	fraud   []string // methods called on the fraud service
+	totals  []int64  // total_cents of each fraud Check
 }
 
 func newEnv(t *testing.T, variant string) *env {
@@ -51,6 +53,10 @@ func newEnv(t *testing.T, variant string) *env {
 	e.cfg.FraudAddr = orderstest.Fraud(t,
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			e.noteFraud(info.FullMethod)
+			m := req.(proto.Message).ProtoReflect()
+			e.mu.Lock()
+			e.totals = append(e.totals, m.Get(m.Descriptor().Fields().ByName("total_cents")).Int())
+			e.mu.Unlock()
 			return h(ctx, req)
 		}),
 		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
@@ -174,6 +180,9 @@ func TestOrderLifecycle(t *testing.T) {
 	if fmt.Sprint(e.fraud) != fmt.Sprint([]string{fraud.ScreenMethod, fraud.CheckMethod}) {
 		t.Errorf("fraud calls %q", e.fraud)
 	}
+	if len(e.totals) != 1 || e.totals[0] != o.TotalCents {
+		t.Errorf("fraud checks of totals %v, want [%d]", e.totals, o.TotalCents)
+	}
 }
 
 // TestFraudRefuses: an order the fraud check refuses is a 422 with its
@@ -284,12 +293,16 @@ func TestDownstreamDown(t *testing.T) {
 
 func TestChangedVariant(t *testing.T) {
 	e := newEnv(t, orders.VariantChanged)
-	code, body := e.do("POST", "/orders", orders.CreateOrder{UserID: 3, Items: []orders.OrderItem{{SKU: "HD-330", Qty: 1}}})
+	code, body := e.do("POST", "/orders", orders.CreateOrder{UserID: 3, Items: []orders.OrderItem{{SKU: "HD-330", Qty: 1}}, Coupon: "WELCOME10"})
 	if code != http.StatusCreated {
 		t.Fatalf("%d %s", code, body)
 	}
-	if o := decode[orders.Order](t, body); o.Status != "pending" {
+	o := decode[orders.Order](t, body)
+	if o.Status != "pending" {
 		t.Errorf("status %q, want pending", o.Status)
+	}
+	if o.DiscountCents == 0 || len(e.totals) != 1 || e.totals[0] != o.SubtotalCents+o.ShippingCents {
+		t.Errorf("fraud checks of totals %v for an order of %+v; want the total before the discount", e.totals, o)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -353,7 +353,8 @@ func (d *demo) replay(ctx context.Context, mock *mockserver.Server) error {
 
 func (d *demo) replayChanged(ctx context.Context, mock *mockserver.Server) error {
 	d.step(7, "Replay against a changed build (ORDERS_VARIANT=changed)")
-	d.say("this build answers status \"pending\" instead of \"created\" and sends channel=web to pricing")
+	d.say("this build answers status \"pending\" instead of \"created\", sends channel=web to pricing")
+	d.say("and tells the fraud check (gRPC) a discounted order's total before the discount")
 	svc, err := d.startService(ctx, "replay", mockAddrEnv+"="+mock.Addr(), orders.EnvVariant+"="+orders.VariantChanged)
 	if err != nil {
 		return err

@@ -29,7 +29,7 @@ func PatchGRPC(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !active.CompareAndSwap(nil, &engine{}) {
+	if !active.CompareAndSwap(nil, &engine{cfg: &resolvedConfig{Config: Config{Mode: Replay}}}) {
 		undo()
 		t.Fatal("an engine is active")
 	}

@@ -27,9 +27,11 @@ import (
 // call.
 
 // h2Conn is capture's state of an HTTP/2 connection (under its outConn's
-// lock).
+// lock); before the preface is whole, of a connection whose first bytes
+// are its start (c nil, those bytes in pending).
 type h2Conn struct {
-	c     *http2.Conn
+	c       *http2.Conn
+	pending []byte
 	calls map[uint32]*call // streams in progress whose calls are kept
 	limit int              // payload cap of a recorded half, negative for none
 	now   int64            // Recorder clock of the bytes being fed
@@ -37,6 +39,9 @@ type h2Conn struct {
 	// stopped being HTTP/2); nothing more of it is recorded.
 	failed string
 }
+
+// on reports an HTTP/2 connection (not one still deciding).
+func (hc *h2Conn) on() bool { return hc != nil && hc.c != nil }
 
 // h2Call is what a call of an HTTP/2 stream has beyond any call's.
 type h2Call struct {
@@ -46,10 +51,14 @@ type h2Call struct {
 	ended bool   // the stream is over: req and resp hold it whole
 }
 
-// startsH2 reports a client whose first bytes are (the start of) the
-// HTTP/2 preface, as the agent decides (hook/h2out.go).
-func startsH2(p []byte) bool {
-	return len(p) >= 4 && http2.Detect(p) != http2.No
+// preface says whether a client whose first bytes are before and then p
+// speaks HTTP/2: Sure once they hold the preface, NotYet while they are
+// the start of it.
+func preface(before, p []byte) http2.Verdict {
+	if len(before) > 0 {
+		p = append(before[:len(before):len(before)], p...)
+	}
+	return http2.Detect(p)
 }
 
 // startH2 makes oc an HTTP/2 connection (called with oc.mu held, before
@@ -195,7 +204,7 @@ func (r *Recorder) closedH2(c *hook.ConnInfo) {
 	}
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
-	if oc.h2 != nil && oc.h2.failed == "" {
+	if oc.h2.on() && oc.h2.failed == "" {
 		oc.h2.close("the connection closed", r.now())
 	}
 }

@@ -234,10 +234,35 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	now := r.now()
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
-	if oc.tap == nil && oc.h2 == nil {
-		if t := c.TLS.Load(); t != nil && t.ALPN == "h2" || oc.det == nil && startsH2(p) {
+	if oc.tap == nil && !oc.h2.on() {
+		var before []byte // the start of the preface, held back
+		if oc.h2 != nil {
+			before = oc.h2.pending
+		}
+		v := preface(before, p)
+		if t := c.TLS.Load(); t != nil && t.ALPN == "h2" {
+			v = http2.Sure
+		}
+		switch {
+		case v == http2.Sure:
 			r.startH2(oc) // a stream per call (h2.go)
-		} else {
+			if len(before) > 0 {
+				r.h2Feed(oc, http2.Client, before, now)
+			}
+		case v == http2.NotYet:
+			// the start of the preface: no call until it is decided
+			if oc.h2 == nil {
+				oc.h2 = &h2Conn{}
+			}
+			oc.h2.pending = append(oc.h2.pending, p...)
+			return
+		default:
+			if before != nil {
+				// held bytes that were not the preface after all: they
+				// start the call
+				oc.h2 = nil
+				p = append(before[:len(before):len(before)], p...)
+			}
 			oc.detect(wire.Client, p)
 		}
 	}
@@ -343,7 +368,7 @@ func (r *Recorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 	now := r.now()
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
-	if oc.h2 != nil {
+	if oc.h2.on() {
 		r.h2Feed(oc, http2.Server, p, now)
 		return
 	}

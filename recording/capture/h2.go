@@ -32,9 +32,9 @@ import (
 type h2Conn struct {
 	c       *http2.Conn
 	pending []byte
-	calls map[uint32]*call // streams in progress whose calls are kept
-	limit int              // payload cap of a recorded half, negative for none
-	now   int64            // Recorder clock of the bytes being fed
+	calls   map[uint32]*call // streams in progress whose calls are kept
+	limit   int              // payload cap of a recorded half, negative for none
+	now     int64            // Recorder clock of the bytes being fed
 	// failed says why the connection stopped being followed (its bytes
 	// stopped being HTTP/2); nothing more of it is recorded.
 	failed string

@@ -51,6 +51,10 @@ type engine struct {
 	tlsOther sync.Map  // TLS connections over other net.Conns (otherTLSState), by address
 	nextID   atomic.Uint64
 	reported sync.Map // report keys already logged
+	// h2Broken is set once an outbound HTTP/2 rewriter failed (h2out.go):
+	// record mode's grpc-go calls and net/http requests stop carrying
+	// their trace in-band.
+	h2Broken atomic.Bool
 }
 
 func newEngine(cfg *resolvedConfig, l *netLayout) *engine {

@@ -60,3 +60,10 @@ func RandomFuncs() map[string]uintptr {
 	}
 	return out
 }
+
+// ForceH2RewritePanic makes the outbound HTTP/2 rewriter panic, until t
+// ends.
+func ForceH2RewritePanic(t testing.TB) {
+	h2RewritePanic.Store(true)
+	t.Cleanup(func() { h2RewritePanic.Store(false) })
+}

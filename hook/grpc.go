@@ -111,7 +111,7 @@ func checkGRPCMD(t reflect.Type) bool {
 func grpcOutgoingRaw(ctx context.Context) (md map[string][]string, added [][]string, ok bool) {
 	md, added, ok = grpcRawMD(ctx)
 	e := active.Load()
-	if e == nil || e.cfg.Mode == Record && h2Broken.Load() {
+	if e == nil || e.cfg.Mode == Record && e.h2Broken.Load() {
 		return md, added, ok
 	}
 	tid := trace.CurrentID()

@@ -26,6 +26,7 @@ import (
 	"github.com/retrace-dev/retrace/internal/grpctest"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/recording/capture"
+	"github.com/retrace-dev/retrace/trace"
 	wgrpc "github.com/retrace-dev/retrace/wire/grpc"
 	"github.com/retrace-dev/retrace/wire/http2"
 )
@@ -416,5 +417,44 @@ func TestRecordNetHTTPH2(t *testing.T) {
 			}
 			assert.Len(t, conns, 1, "every stream on one connection")
 		})
+	}
+}
+
+// TestRecordH2RewriterFailsOpen: when the outbound rewriter fails (here it
+// panics on the connection's first write), the connection's bytes go on as
+// the client wrote them, every call is answered as without the agent, the
+// failure is counted, and calls stop carrying their trace in-band, so the
+// server sees no retrace-* field.
+func TestRecordH2RewriterFailsOpen(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	svc := &grpctest.Service{}
+	grpctest.ServeService(t, l, svc)
+	hook.ForceH2RewritePanic(t)
+	before := hook.ReadStats().H2RewriteFailed
+	install(t, hook.Config{Mode: hook.Record, Recorder: &writeRecorder{}, Logger: discardLogger()})
+	cc, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tag := fmt.Sprintf("fail-%d", i)
+			defer trace.Bind(&trace.Trace{ID: agenttest.NewID()})()
+			if _, err := grpctest.Exercise(ctx, cc, tag); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int64(1), hook.ReadStats().H2RewriteFailed-before)
+	for _, md := range svc.Seen {
+		for k := range md {
+			require.False(t, strings.HasPrefix(k, "retrace-"), "the server saw %s", k)
+		}
 	}
 }

@@ -30,7 +30,7 @@ import (
 // not decode there: nothing would have made it decode, and the
 // connection fails as it would on any corrupt block. From then on the
 // callers add no field in-band (h2Broken), so no new connection carries
-// one to a real server unrewritten.
+// one to a real server unrewritten (engine.h2Broken).
 type h2Out struct {
 	rw *inband.Rewriter // nil once it failed: bytes pass unchanged
 	// peer follows the server's frames for the table size it allows
@@ -44,10 +44,8 @@ type h2Out struct {
 // first write).
 var h2OutNot = &h2Out{}
 
-// h2Broken is set once a Rewriter failed: grpc-go calls and net/http's
-// requests stop carrying their trace in-band (outside replay mode's
-// redirected connections, which the mock reads).
-var h2Broken atomic.Bool
+// h2RewritePanic makes the Rewriter panic (tests of failing open).
+var h2RewritePanic atomic.Bool
 
 // h2OutDecide decides on the first write of a dialled connection in
 // record mode whether it is HTTP/2. Called with st.wmu held.
@@ -104,11 +102,14 @@ func (e *engine) h2Rewrite(h *h2Out, st *connState, b []byte) (out []byte) {
 		if r := recover(); r != nil {
 			e.recovered("h2-outbound-rewrite", r)
 			h.rw = nil
-			h2Broken.Store(true)
+			e.h2Broken.Store(true)
 			counters.h2outFailed.Add(1)
 			out = append(held, b...)
 		}
 	}()
+	if h2RewritePanic.Load() {
+		panic("forced by a test")
+	}
 	if v := h.limit.Swap(0); v != 0 {
 		h.rw.SetPeerTableLimit(uint32(v - 1))
 	}
@@ -118,7 +119,7 @@ func (e *engine) h2Rewrite(h *h2Out, st *connState, b []byte) (out []byte) {
 	}
 	rest := h.rw.Unwritten()
 	h.rw = nil
-	h2Broken.Store(true)
+	e.h2Broken.Store(true)
 	counters.h2outFailed.Add(1)
 	e.reportOnce("h2-outbound-rewrite", "an outbound HTTP/2 connection could not be rewritten: its bytes go on unchanged, and calls carry their trace in-band no more",
 		"conn", st.info.Remote, "err", err)

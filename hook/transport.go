@@ -96,13 +96,13 @@ func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request,
 	case "https":
 		// not with a TLS dialer of the transport's own: its TLS may not be
 		// crypto/tls, whose Write hook strips the header
-		if !e.tls || t == nil || tlsDialer(t) || mayHTTP2(t) && (e.cfg.Mode != Record || h2Broken.Load()) {
+		if !e.tls || t == nil || tlsDialer(t) || mayHTTP2(t) && (e.cfg.Mode != Record || e.h2Broken.Load()) {
 			return req, false
 		}
 	default:
 		return req, false
 	}
-	if t != nil && t.Protocols != nil && t.Protocols.UnencryptedHTTP2() && e.cfg.Mode == Record && h2Broken.Load() {
+	if t != nil && t.Protocols != nil && t.Protocols.UnencryptedHTTP2() && e.cfg.Mode == Record && e.h2Broken.Load() {
 		// h2c whose rewriter may not run (one failed): the field could
 		// reach the real server.
 		return req, false

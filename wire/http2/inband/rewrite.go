@@ -105,8 +105,10 @@ type appendWriter struct{ b []byte }
 
 func (w *appendWriter) Write(p []byte) (int, error) { w.b = append(w.b, p...); return len(p), nil }
 
-// maxBlock bounds a header block held (compressed) and a decoded string.
-const maxBlock = 1 << 20
+// maxBlock bounds a header block held (compressed) and a decoded string:
+// as much as any server accepts (grpc-go's header list limit is 16 MiB), so
+// that a block the peer would take never fails the Rewriter.
+const maxBlock = 16 << 20
 
 // NewRewriter returns a Rewriter of a client direction (which starts with
 // the preface) when client is true, else of a server's.
@@ -121,8 +123,12 @@ func NewRewriter(client bool) *Rewriter {
 
 // SetPeerTableLimit applies the SETTINGS_HEADER_TABLE_SIZE the receiving
 // peer advertised (it travels the other way): the Rewriter's encoder then
-// keeps its table within it.
-func (w *Rewriter) SetPeerTableLimit(v uint32) { w.enc.SetMaxDynamicTableSizeLimit(v) }
+// keeps its table within it, and its decoder lets the sender's encoder,
+// bound by the same setting, use a table that large.
+func (w *Rewriter) SetPeerTableLimit(v uint32) {
+	w.enc.SetMaxDynamicTableSizeLimit(v)
+	w.dec.SetAllowedMaxDynamicTableSize(max(v, 64<<10))
+}
 
 // Pending is the number of bytes held back: the start of a frame.
 func (w *Rewriter) Pending() int { return len(w.buf) }

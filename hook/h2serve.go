@@ -1,0 +1,228 @@
+package hook
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/retrace-dev/retrace/trace"
+)
+
+// net/http's HTTP/2 server (bundled in net/http, and golang.org/x/net/http2,
+// which h2c.NewHandler uses) reads a connection's frames on one goroutine
+// and starts every stream's handler from another (its serve loop), so the
+// binding the read hook makes on the reading goroutine (h2.go) never
+// reaches a handler; worse, the serve loop may carry the trace of the
+// stream whose headers came in its first read. The agent hooks the
+// servers' ServeConn, through which every connection they serve passes:
+// ServeConn only calls the unexported serveConn (called here, never
+// patched), so the double calls serveConn with the connection's handler
+// wrapped. The wrapper runs on the handler's goroutine, learns the stream
+// from the ResponseWriter (net/http's *http2responseWriter, whose
+// rws.stream.id it reads through reflect, checked by name and type) and
+// binds the trace the read hook saw on that stream (or no trace), so that
+// the handler and the goroutines it starts run in the stream's trace.
+const (
+	h2StdServeConn  = "net/http.(*http2Server).ServeConn"
+	h2StdServeInner = "net/http.(*http2Server).serveConn"
+	h2XServeConn    = "golang.org/x/net/http2.(*Server).ServeConn"
+	h2XServeInner   = "golang.org/x/net/http2.(*Server).serveConn"
+)
+
+// h2ServeOpts is the start of http2ServeConnOpts (x/net's ServeConnOpts),
+// the fields the double reads and writes; the rest is never touched.
+type h2ServeOpts struct {
+	Context    context.Context
+	BaseConfig *http.Server
+	Handler    http.Handler
+}
+
+// h2ServeInner is serveConn's signature, the receiver first.
+type h2ServeInner = func(s unsafe.Pointer, c net.Conn, opts *h2ServeOpts, newf unsafe.Pointer)
+
+var h2StdInner, h2XInner atomic.Pointer[h2ServeInner]
+
+func h2ServeTargets() ([]target, error) {
+	pcs, err := funcsByName(h2StdServeConn, h2StdServeInner, h2XServeConn, h2XServeInner)
+	if err != nil {
+		return nil, err
+	}
+	var ts []target
+	add := func(outer, inner uintptr, name string, slot *atomic.Pointer[h2ServeInner], double any) {
+		if outer == 0 || inner == 0 {
+			return
+		}
+		w := new(uintptr)
+		*w = inner
+		fn := funcOf[h2ServeInner](unsafe.Pointer(w))
+		slot.Store(&fn)
+		ow := new(uintptr)
+		*ow = outer
+		ts = append(ts, target{name: name, word: unsafe.Pointer(ow), double: double})
+	}
+	add(pcs[0], pcs[1], h2StdServeConn, &h2StdInner, h2StdServeConnDouble)
+	add(pcs[2], pcs[3], h2XServeConn, &h2XInner, h2XServeConnDouble)
+	if len(ts) == 0 {
+		return nil, fmt.Errorf("net/http's HTTP/2 server: %w", errNotLinked)
+	}
+	return ts, nil
+}
+
+func h2StdServeConnDouble(s unsafe.Pointer, c net.Conn, opts *h2ServeOpts) {
+	h2ServeConn(&h2StdInner, s, c, opts)
+}
+
+func h2XServeConnDouble(s unsafe.Pointer, c net.Conn, opts *h2ServeOpts) {
+	h2ServeConn(&h2XInner, s, c, opts)
+}
+
+// h2ServeConn does ServeConn's work with the handler wrapped.
+func h2ServeConn(inner *atomic.Pointer[h2ServeInner], s unsafe.Pointer, c net.Conn, opts *h2ServeOpts) {
+	if opts == nil {
+		// ServeConn's default, a zero options struct: room enough for
+		// every field the server has
+		opts = (*h2ServeOpts)(unsafe.Pointer(new([32]uintptr)))
+	}
+	if e := active.Load(); e != nil && c != nil {
+		e.wrapH2Handler(c, opts)
+	}
+	(*inner.Load())(s, c, opts, nil)
+}
+
+// wrapH2Handler puts the connection's handler in an h2Handler (once: the
+// caller may serve several connections with one options struct).
+func (e *engine) wrapH2Handler(c net.Conn, opts *h2ServeOpts) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.recovered("h2-serve-conn", r)
+		}
+	}()
+	if _, ok := opts.Handler.(*h2Handler); ok {
+		return
+	}
+	h := opts.Handler
+	if h == nil { // as the server picks it
+		if opts.BaseConfig != nil && opts.BaseConfig.Handler != nil {
+			h = opts.BaseConfig.Handler
+		} else {
+			h = http.DefaultServeMux
+		}
+	}
+	var remote, local string
+	if a := c.RemoteAddr(); a != nil {
+		remote = a.String()
+	}
+	if a := c.LocalAddr(); a != nil {
+		local = a.String()
+	}
+	opts.Handler = &h2Handler{h: h, key: h2Key(remote, local)}
+}
+
+// h2Handler is a connection's handler, run in each stream's trace.
+type h2Handler struct {
+	h   http.Handler
+	key string // the connection's, in h2Conns
+}
+
+func (w *h2Handler) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
+	if active.Load() != nil {
+		if t := w.streamTrace(rw); t != nil {
+			rel := trace.Bind(t)
+			counters.bound.Add(1)
+			if !t.ReplayTime.IsZero() {
+				rel = withReplayClock(rel)
+			}
+			defer rel()
+		}
+	}
+	w.h.ServeHTTP(rw, req)
+}
+
+// streamTrace returns the trace of rw's stream (an empty ID for none), or
+// nil when the agent does not follow the connection.
+func (w *h2Handler) streamTrace(rw http.ResponseWriter) (t *trace.Trace) {
+	defer func() {
+		if r := recover(); r != nil {
+			if e := active.Load(); e != nil {
+				e.recovered("h2-handler", r)
+			}
+			t = nil
+		}
+	}()
+	v, ok := h2Conns.Load(w.key)
+	if !ok {
+		return nil
+	}
+	id, ok := h2StreamID(rw)
+	if !ok {
+		if e := active.Load(); e != nil {
+			e.reportOnce("h2-stream-id", "an HTTP/2 handler's ResponseWriter does not name its stream; its handlers run in no trace", "type", reflect.TypeOf(rw).String())
+		}
+		return &trace.Trace{}
+	}
+	h := v.(*h2In)
+	h.mu.Lock()
+	t = h.traces[id]
+	h.mu.Unlock()
+	if t == nil {
+		t = &trace.Trace{}
+	}
+	return t
+}
+
+// h2RWPaths caches, per ResponseWriter type, the field indices that lead
+// to its stream id (rws.stream.id), or nil for a type that has none.
+var h2RWPaths sync.Map // reflect.Type → []int (rws, stream, id), or nil
+
+// h2StreamID returns the stream of an HTTP/2 server's ResponseWriter.
+func h2StreamID(rw http.ResponseWriter) (uint32, bool) {
+	rt := reflect.TypeOf(rw)
+	p, ok := h2RWPaths.Load(rt)
+	if !ok {
+		p = h2RWPath(rt)
+		h2RWPaths.Store(rt, p)
+	}
+	path, _ := p.([]int)
+	if path == nil {
+		return 0, false
+	}
+	v := reflect.ValueOf(rw).Elem().Field(path[0])
+	if v.IsNil() {
+		return 0, false
+	}
+	v = v.Elem().Field(path[1])
+	if v.IsNil() {
+		return 0, false
+	}
+	return uint32(v.Elem().Field(path[2]).Uint()), true
+}
+
+// h2RWPath finds rws.stream.id in a ResponseWriter type: pointers to
+// structs down to a uint32, or nil.
+func h2RWPath(rt reflect.Type) []int {
+	var path []int
+	for _, name := range []string{"rws", "stream"} {
+		if rt.Kind() != reflect.Pointer || rt.Elem().Kind() != reflect.Struct {
+			return nil
+		}
+		f, ok := rt.Elem().FieldByName(name)
+		if !ok || len(f.Index) != 1 {
+			return nil
+		}
+		path = append(path, f.Index[0])
+		rt = f.Type
+	}
+	if rt.Kind() != reflect.Pointer || rt.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	f, ok := rt.Elem().FieldByName("id")
+	if !ok || len(f.Index) != 1 || f.Type.Kind() != reflect.Uint32 {
+		return nil
+	}
+	return append(path, f.Index[0])
+}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"reflect"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/retrace-dev/retrace/trace"
@@ -18,20 +17,20 @@ import (
 // and starts every stream's handler from another (its serve loop), so the
 // binding the read hook makes on the reading goroutine (h2.go) never
 // reaches a handler; worse, the serve loop may carry the trace of the
-// stream whose headers came in its first read. The agent hooks the
-// servers' ServeConn, through which every connection they serve passes:
-// ServeConn only calls the unexported serveConn (called here, never
-// patched), so the double calls serveConn with the connection's handler
-// wrapped. The wrapper runs on the handler's goroutine, learns the stream
-// from the ResponseWriter (net/http's *http2responseWriter, whose
-// rws.stream.id it reads through reflect, checked by name and type) and
-// binds the trace the read hook saw on that stream (or no trace), so that
-// the handler and the goroutines it starts run in the stream's trace.
+// stream whose headers came in its first read. Every connection the
+// servers serve passes serverConnBaseContext (serveConn calls it first,
+// before it reads the options' handler; ServeConn itself is inlined by its
+// callers). Its double does what the original does — the connection's base
+// context from the options' context, with the local address and the
+// server — and wraps the options' handler. The wrapper runs on each
+// handler's goroutine, learns the stream from the ResponseWriter (the
+// servers' *responseWriter, whose rws.stream.id it reads through reflect,
+// checked by name and type) and binds the trace the read hook saw on that
+// stream (or no trace), so that the handler and the goroutines it starts
+// run in the stream's trace.
 const (
-	h2StdServeConn  = "net/http.(*http2Server).ServeConn"
-	h2StdServeInner = "net/http.(*http2Server).serveConn"
-	h2XServeConn    = "golang.org/x/net/http2.(*Server).ServeConn"
-	h2XServeInner   = "golang.org/x/net/http2.(*Server).serveConn"
+	h2StdBaseContext = "net/http.http2serverConnBaseContext"
+	h2XBaseContext   = "golang.org/x/net/http2.serverConnBaseContext"
 )
 
 // h2ServeOpts is the start of http2ServeConnOpts (x/net's ServeConnOpts),
@@ -42,56 +41,47 @@ type h2ServeOpts struct {
 	Handler    http.Handler
 }
 
-// h2ServeInner is serveConn's signature, the receiver first.
-type h2ServeInner = func(s unsafe.Pointer, c net.Conn, opts *h2ServeOpts, newf unsafe.Pointer)
-
-var h2StdInner, h2XInner atomic.Pointer[h2ServeInner]
-
 func h2ServeTargets() ([]target, error) {
-	pcs, err := funcsByName(h2StdServeConn, h2StdServeInner, h2XServeConn, h2XServeInner)
+	names := []string{h2StdBaseContext, h2XBaseContext}
+	pcs, err := funcsByName(names...)
 	if err != nil {
 		return nil, err
 	}
 	var ts []target
-	add := func(outer, inner uintptr, name string, slot *atomic.Pointer[h2ServeInner], double any) {
-		if outer == 0 || inner == 0 {
-			return
+	for i, pc := range pcs {
+		if pc == 0 {
+			continue
 		}
 		w := new(uintptr)
-		*w = inner
-		fn := funcOf[h2ServeInner](unsafe.Pointer(w))
-		slot.Store(&fn)
-		ow := new(uintptr)
-		*ow = outer
-		ts = append(ts, target{name: name, word: unsafe.Pointer(ow), double: double})
+		*w = pc
+		ts = append(ts, target{name: names[i], word: unsafe.Pointer(w), double: h2BaseContext})
 	}
-	add(pcs[0], pcs[1], h2StdServeConn, &h2StdInner, h2StdServeConnDouble)
-	add(pcs[2], pcs[3], h2XServeConn, &h2XInner, h2XServeConnDouble)
 	if len(ts) == 0 {
 		return nil, fmt.Errorf("net/http's HTTP/2 server: %w", errNotLinked)
 	}
 	return ts, nil
 }
 
-func h2StdServeConnDouble(s unsafe.Pointer, c net.Conn, opts *h2ServeOpts) {
-	h2ServeConn(&h2StdInner, s, c, opts)
-}
-
-func h2XServeConnDouble(s unsafe.Pointer, c net.Conn, opts *h2ServeOpts) {
-	h2ServeConn(&h2XInner, s, c, opts)
-}
-
-// h2ServeConn does ServeConn's work with the handler wrapped.
-func h2ServeConn(inner *atomic.Pointer[h2ServeInner], s unsafe.Pointer, c net.Conn, opts *h2ServeOpts) {
-	if opts == nil {
-		// ServeConn's default, a zero options struct: room enough for
-		// every field the server has
-		opts = (*h2ServeOpts)(unsafe.Pointer(new([32]uintptr)))
-	}
-	if e := active.Load(); e != nil && c != nil {
+// h2BaseContext replaces serverConnBaseContext(c net.Conn, opts
+// *ServeConnOpts) (context.Context, func()).
+func h2BaseContext(c net.Conn, opts *h2ServeOpts) (context.Context, func()) {
+	if e := active.Load(); e != nil && c != nil && opts != nil {
 		e.wrapH2Handler(c, opts)
 	}
-	(*inner.Load())(s, c, opts, nil)
+	parent := context.Background()
+	hs := new(http.Server)
+	if opts != nil {
+		if opts.Context != nil {
+			parent = opts.Context
+		}
+		if opts.BaseConfig != nil {
+			hs = opts.BaseConfig
+		}
+	}
+	ctx, cancel := context.WithCancel(parent)
+	ctx = context.WithValue(ctx, http.LocalAddrContextKey, c.LocalAddr())
+	ctx = context.WithValue(ctx, http.ServerContextKey, hs)
+	return ctx, cancel
 }
 
 // wrapH2Handler puts the connection's handler in an h2Handler (once: the

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/retrace-dev/retrace/hook"
+	"github.com/retrace-dev/retrace/internal/certtest"
 	"github.com/retrace-dev/retrace/internal/grpctest"
 	"github.com/retrace-dev/retrace/recording"
 	wgrpc "github.com/retrace-dev/retrace/wire/grpc"
@@ -194,4 +195,144 @@ func checkGRPCSession(t *testing.T, s *recording.Session) (tag, path string) {
 	}
 	require.Positive(t, s.Inbound.DurNs)
 	return tag, path
+}
+
+// h2Handler is an HTTP/2 service's handler: it reads the request's body,
+// calls the echo downstream with the request's id and answers with both.
+func h2Handler(hc *http.Client, down string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tag := r.URL.Query().Get("id")
+		body, _ := io.ReadAll(r.Body)
+		if err := echoGet(hc, down, tag); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		w.Header().Set("x-tag", tag)
+		_, _ = io.WriteString(w, "done-"+tag+"-"+string(body))
+	})
+}
+
+// TestRecordNetHTTPH2 records net/http's HTTP/2 server, over TLS (ALPN h2)
+// and over h2c with prior knowledge, 64 clients at once: every request is
+// one http2 session with its headers, body and response, and its handler's
+// downstream call — net/http starts handlers from its serve loop, not from
+// the goroutine that read the request, so this needs the agent's hook on
+// the server's ServeConn.
+func TestRecordNetHTTPH2(t *testing.T) {
+	for _, mode := range []string{"tls", "h2c"} {
+		t.Run(mode, func(t *testing.T) {
+			rec, store := installRecorder(t, "h2", *sampler(t, 1))
+			down, _ := startChild(t, "echo")
+			hc := newClient(64)
+			defer hc.CloseIdleConnections()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			srv := &http.Server{Handler: h2Handler(hc, down)}
+			tr := &http.Transport{}
+			scheme := "http"
+			if mode == "tls" {
+				ca := certtest.New(t)
+				srv.TLSConfig = ca.ServerConfig(t)
+				tr.TLSClientConfig = ca.ClientConfig()
+				tr.ForceAttemptHTTP2 = true
+				scheme = "https"
+			} else {
+				var p http.Protocols
+				p.SetUnencryptedHTTP2(true)
+				srv.Protocols = &p
+				tr.Protocols = &p
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if mode == "tls" {
+					_ = srv.ServeTLS(ln, "", "")
+				} else {
+					_ = srv.Serve(ln)
+				}
+			}()
+			client := &http.Client{Transport: tr}
+			tags := runH2Clients(t, client, scheme+"://"+ln.Addr().String())
+			tr.CloseIdleConnections()
+			require.NoError(t, srv.Close())
+			<-done
+			require.Zero(t, rec.Stats().Active)
+			require.NoError(t, rec.Flush(context.Background()))
+			seen := checkH2Sessions(t, store, ln.Addr().String(), mode == "tls")
+			require.Equal(t, tags, seen)
+		})
+	}
+}
+
+// runH2Clients makes 64 concurrent POSTs, each with a tag of its own, and
+// returns the tags.
+func runH2Clients(t *testing.T, c *http.Client, base string) map[string]bool {
+	t.Helper()
+	const clients = 64
+	tags := map[string]bool{}
+	errs := make(chan error, clients)
+	var wg sync.WaitGroup
+	for range clients {
+		tag := "tg" + newReqID()[2:]
+		tags[tag] = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := c.Post(base+"/work?id="+tag, "text/plain", strings.NewReader("body-"+tag))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.ProtoMajor != 2 || string(b) != "done-"+tag+"-body-"+tag {
+				errs <- fmt.Errorf("%s: %s %q", tag, resp.Proto, b)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return tags
+}
+
+// checkH2Sessions checks every http2 session of the server at addr: its
+// request and response are its own tag's, and so is its one downstream
+// call. It returns the tags seen.
+func checkH2Sessions(t *testing.T, store recording.Store, addr string, tls bool) map[string]bool {
+	t.Helper()
+	seen := map[string]bool{}
+	require.NoError(t, store.Scan(context.Background(), func(s *recording.Session) error {
+		if s.Inbound.Local != addr {
+			return nil
+		}
+		require.Equal(t, "http2", s.Inbound.Proto, "session %s", s.ID)
+		require.Equal(t, tls, s.Inbound.TLS.On, "session %s", s.ID)
+		req, _, err := http2.ParseMessage(s.Inbound.Request)
+		require.NoError(t, err, "session %s request %q", s.ID, s.Inbound.Request)
+		resp, _, err := http2.ParseMessage(s.Inbound.Response)
+		require.NoError(t, err, "session %s response %q", s.ID, s.Inbound.Response)
+		path, _ := http2.Get(req.Header, ":path")
+		tag := tagPattern.FindString(path)
+		require.NotEmpty(t, tag, "session %s: path %q", s.ID, path)
+		require.False(t, seen[tag], "%s recorded twice", tag)
+		seen[tag] = true
+		if m, _ := http2.Get(req.Header, ":method"); m == "POST" {
+			require.Equal(t, "body-"+tag, string(req.Data), "session %s", s.ID)
+		}
+		status, _ := http2.Get(resp.Header, ":status")
+		require.Equal(t, "200", status, "session %s", s.ID)
+		require.Contains(t, string(resp.Data), "done-"+tag, "session %s", s.ID)
+		require.Len(t, s.Calls, 1, "session %s: its handler's downstream call", s.ID)
+		require.Contains(t, string(s.Calls[0].Request), "GET /echo?id="+tag+" ", "session %s", s.ID)
+		for _, b := range [][]byte{s.Inbound.Request, s.Inbound.Response, s.Calls[0].Request, s.Calls[0].Response} {
+			for _, other := range tagPattern.FindAllString(string(b), -1) {
+				require.Equal(t, tag, other, "session %s of %s holds %s", s.ID, tag, other)
+			}
+		}
+		return nil
+	}))
+	return seen
 }

@@ -1,7 +1,10 @@
 package capture_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -10,9 +13,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	x2 "golang.org/x/net/http2"
+	"golang.org/x/net/http2/h2c"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -335,4 +341,132 @@ func checkH2Sessions(t *testing.T, store recording.Store, addr string, tls bool)
 		return nil
 	}))
 	return seen
+}
+
+// TestRecordH2CUpgrade records x/net's h2c handler reached by Upgrade: the
+// request that asked to upgrade is stream 1, answered as HTTP/2, and the
+// client's later streams follow on the same connection; 8 connections at
+// once, 8 streams each. Every stream is one http2 session with its
+// response and its handler's downstream call — none holds only the
+// 101 Switching Protocols.
+func TestRecordH2CUpgrade(t *testing.T) {
+	rec, store := installRecorder(t, "h2c", *sampler(t, 1))
+	down, _ := startChild(t, "echo")
+	hc := newClient(64)
+	defer hc.CloseIdleConnections()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: h2c.NewHandler(h2Handler(hc, down), &x2.Server{})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	const conns, streams = 8, 8
+	tags := map[string]bool{}
+	perConn := make([][]string, conns)
+	for i := range perConn {
+		for range streams {
+			tag := "tg" + newReqID()[2:]
+			tags[tag] = true
+			perConn[i] = append(perConn[i], tag)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	for _, ts := range perConn {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := upgradeAndGet(ln.Addr().String(), ts); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	require.NoError(t, srv.Close())
+	<-done
+	require.Eventually(t, func() bool { return rec.Stats().Active == 0 }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, rec.Flush(context.Background()))
+	require.Equal(t, tags, checkH2Sessions(t, store, ln.Addr().String(), false))
+}
+
+// upgradeAndGet asks for tags[0] by an h2c Upgrade, then for every other
+// tag on a stream of its own on the upgraded connection, and checks each
+// answer.
+func upgradeAndGet(addr string, tags []string) error {
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	settings := base64.RawURLEncoding.EncodeToString([]byte{0, 2, 0, 0, 0, 0}) // ENABLE_PUSH 0
+	if _, err := fmt.Fprintf(conn, "GET /work?id=%s HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: %s\r\n\r\n", tags[0], addr, settings); err != nil {
+		return err
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		return fmt.Errorf("upgrade: %s", resp.Status)
+	}
+	if _, err := io.WriteString(conn, x2.ClientPreface); err != nil {
+		return err
+	}
+	fr := x2.NewFramer(conn, br)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if err := fr.WriteSettings(); err != nil {
+		return err
+	}
+	want := map[uint32]string{1: tags[0]}
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for i, tag := range tags[1:] {
+		id := uint32(3 + 2*i)
+		want[id] = tag
+		block.Reset()
+		for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", addr}, {":path", "/work?id=" + tag}} {
+			_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		if err := fr.WriteHeaders(x2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+			return err
+		}
+	}
+	bodies := map[uint32]string{}
+	for ended := 0; ended < len(tags); {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return fmt.Errorf("%d of %d streams answered: %w", ended, len(tags), err)
+		}
+		switch f := f.(type) {
+		case *x2.SettingsFrame:
+			if !f.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		case *x2.DataFrame:
+			bodies[f.StreamID] += string(f.Data())
+			if f.StreamEnded() {
+				ended++
+			}
+		case *x2.MetaHeadersFrame:
+			if f.StreamEnded() {
+				ended++
+			}
+		case *x2.RSTStreamFrame, *x2.GoAwayFrame:
+			return fmt.Errorf("upgraded connection: %v", f)
+		}
+	}
+	for id, tag := range want {
+		if bodies[id] != "done-"+tag+"-" {
+			return fmt.Errorf("stream %d of %s: %q", id, tag, bodies[id])
+		}
+	}
+	return nil
 }

@@ -276,11 +276,11 @@ func (r *Recorder) finishStream(a *active, x *http2.Exchange) {
 	s := &recording.Session{
 		V: recording.SchemaVersion, ID: a.id, Trace: trace.TraceParentID(tp), App: r.app, At: a.at,
 		Inbound: recording.Inbound{Proto: proto, Local: a.conn.Local, Remote: a.conn.Remote,
-			Request:          http2.AppendMessage(nil, x.Request, nil),
-			Response:         http2.AppendMessage(nil, x.Response, x.Pace),
-			DurNs:            end - a.start,
-			RequestTruncated: x.Request.Dropped > 0, ResponseTruncated: x.Response.Dropped > 0, TLS: tls},
+			DurNs: end - a.start, TLS: tls},
 	}
+	in := &s.Inbound
+	in.Request, in.RequestTruncated = recordedHalf(x.Request, nil, r.max)
+	in.Response, in.ResponseTruncated = recordedHalf(x.Response, x.Pace, r.max)
 	r.forgetActive(a)
 	s.Calls = snapshotCalls(calls, a.start)
 	s.Random = recordedRandom(rnd)
@@ -288,6 +288,22 @@ func (r *Recorder) finishStream(a *active, x *http2.Exchange) {
 	if r.bg.due(end) {
 		r.flushBackground(end, false)
 	}
+}
+
+// recordedHalf is a stream's half in the recorded form, its data cut so
+// that the whole stays within max bytes (max < 0: no cap) where the
+// headers leave room: the pipeline's cap would otherwise cut the form
+// itself, which would no longer parse. truncated: data was cut (here, or
+// not kept by the Conn).
+func recordedHalf(m http2.Message, pace []http2.Mark, max int) (b []byte, truncated bool) {
+	b = http2.AppendMessage(nil, m, pace)
+	truncated = m.Dropped > 0
+	if over := len(b) - max; max >= 0 && over > 0 && len(m.Data) > 0 {
+		m.Data = m.Data[:len(m.Data)-min(over, len(m.Data))]
+		b = http2.AppendMessage(b[:0], m, pace)
+		truncated = true
+	}
+	return b, truncated
 }
 
 // streamNote says how a stream ended when not with both halves whole.

@@ -29,6 +29,7 @@ import (
 	"github.com/retrace-dev/retrace/internal/certtest"
 	"github.com/retrace-dev/retrace/internal/grpctest"
 	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/recording/capture"
 	wgrpc "github.com/retrace-dev/retrace/wire/grpc"
 	"github.com/retrace-dev/retrace/wire/http2"
 )
@@ -177,7 +178,7 @@ func checkGRPCSession(t *testing.T, s *recording.Session) (tag, path string) {
 	if code == "" {
 		code, _ = http2.Get(resp.Header, "grpc-status")
 	}
-	if strings.HasSuffix(path, "/StreamingOutputCall") {
+	if strings.HasSuffix(path, "/StreamingOutputCall") && !s.Inbound.ResponseTruncated {
 		msgs, _, err := wgrpc.Split(resp.Data, 0)
 		require.NoError(t, err)
 		require.Len(t, msgs, 3, "session %s: server-streaming messages", s.ID)
@@ -469,4 +470,87 @@ func upgradeAndGet(addr string, tags []string) error {
 		}
 	}
 	return nil
+}
+
+// TestRecordGRPCSampledCapped records the gRPC service of
+// TestRecordGRPCService sampling about half of its calls, with a payload
+// cap of 4 KiB and a masking rule: the sampled calls share the connection
+// with unsampled ones and are still exactly their own, the server-streaming
+// answer (70 000 bytes) is cut within the cap and marked truncated, yet
+// parses, and the masked metadata is masked.
+func TestRecordGRPCSampledCapped(t *testing.T) {
+	store, err := recording.NewDirStore(t.TempDir())
+	require.NoError(t, err)
+	mask, err := recording.ParseMasker(strings.NewReader("header x-secret\n"), "test rules")
+	require.NoError(t, err)
+	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: *sampler(t, 0.5), MaxPayload: 4096, Mask: mask})
+	require.NoError(t, err)
+	rec, err := capture.New(capture.Config{Pipeline: pipe, App: "grpc"})
+	require.NoError(t, err)
+	undo, err := hook.Install(hook.Config{Mode: hook.Record, Recorder: rec})
+	require.NoError(t, err)
+	defer func() {
+		undo()
+		require.NoError(t, rec.Close(context.Background()))
+	}()
+	down, _ := startChild(t, "echo")
+	hc := newClient(64)
+	defer hc.CloseIdleConnections()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	svc := &grpctest.Service{OnCall: func(md metadata.MD) {
+		if v := md.Get("x-trace"); len(v) > 0 {
+			_ = echoGet(hc, down, v[0])
+		}
+	}}
+	grpctest.ServeService(t, ln, svc)
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer cc.Close()
+	const clients = 64
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for range clients {
+		tag := "tg" + newReqID()[2:]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := metadata.AppendToOutgoingContext(context.Background(), "x-secret", "s3cr3t")
+			if _, err := grpctest.Exercise(ctx, cc, tag); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	require.NoError(t, cc.Close())
+	require.Eventually(t, func() bool { return rec.Stats().Active == 0 }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, rec.Flush(context.Background()))
+	n, truncated := 0, 0
+	require.NoError(t, store.Scan(context.Background(), func(s *recording.Session) error {
+		if s.Inbound.Local != ln.Addr().String() {
+			return nil
+		}
+		n++
+		_, path := checkGRPCSession(t, s)
+		req, _, err := http2.ParseMessage(s.Inbound.Request)
+		require.NoError(t, err)
+		v, _ := http2.Get(req.Header, "x-secret")
+		require.Equal(t, "***", v, "session %s: x-secret masked", s.ID)
+		require.LessOrEqual(t, len(s.Inbound.Response), 4096)
+		if strings.HasSuffix(path, "/StreamingOutputCall") {
+			require.True(t, s.Inbound.ResponseTruncated, "session %s", s.ID)
+			truncated++
+		}
+		return nil
+	}))
+	st := rec.Stats()
+	t.Logf("%d of %d calls recorded, %d server-streaming ones truncated; %+v", n, clients*5, truncated, st)
+	require.Equal(t, st.Sampled, int64(n), "every sampled call recorded")
+	require.Greater(t, n, clients*5/4, "about half the calls")
+	require.Less(t, n, clients*5*3/4, "about half the calls")
+	require.Positive(t, truncated)
 }

@@ -223,7 +223,10 @@ type active struct {
 	// inbound.newest) read it without the lock.
 	ended atomic.Bool
 	mu    sync.Mutex // guards what follows, up to next
-	calls []*call
+	// stream is the HTTP/2 stream of the session, 0 for HTTP/1 (in the
+	// padding before calls)
+	stream uint32
+	calls  []*call
 
 	arena  arena // the bytes of req and resp
 	req    payload
@@ -235,7 +238,6 @@ type active struct {
 	at     time.Time     // wall clock at the request's start
 	start  int64         // Recorder.now at the request's start
 	in     *inbound      // the connection the request came on
-	stream uint32        // the HTTP/2 stream, 0 for HTTP/1
 	// conn is the inbound connection (its Local and Remote, which never
 	// change, go into the session): one word where the two strings took
 	// four, so random and trace fit in six cache lines

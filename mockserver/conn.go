@@ -90,7 +90,9 @@ type dstState struct {
 
 // dstStateOf looks up (or creates) ts's state for the connection's
 // destination; the caller holds ts.mu and ts.entry is not nil.
-func (c *conn) dstStateOf(ts *traceState) dstState { return c.s.dstState(ts, c.dst, c.s.cfg.chain(c.dst)) }
+func (c *conn) dstStateOf(ts *traceState) dstState {
+	return c.s.dstState(ts, c.dst, c.s.cfg.chain(c.dst))
+}
 
 // dstState looks up (or creates) ts's state for destination dst, matched
 // with chain; the caller holds ts.mu and ts.entry is not nil.

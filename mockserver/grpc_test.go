@@ -81,7 +81,7 @@ func (c *h2TapConn) Write(p []byte) (int, error) {
 // trace (the "x-trace" header, or traceOf), in stream order, and one
 // background session of the streams of no trace. Each call is a stream
 // in the recorded form of wire/http2, one after the other in time.
-func (l *h2Tap) sessions(t *testing.T, dst string, traceOf func(*http2.Exchange) string) []*recording.Session {
+func (l *h2Tap) sessions(t testing.TB, dst string, traceOf func(*http2.Exchange) string) []*recording.Session {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -192,7 +192,7 @@ func runTraces(n int, prefix string, work func(tag string) (string, error)) map[
 // recordGRPC records n traces' grpcWork against a real grpc-go server
 // over one ClientConn, and one untraced health check, then stops the
 // server.
-func recordGRPC(t *testing.T, n int) (dst string, want map[string]string, sessions []*recording.Session) {
+func recordGRPC(t testing.TB, n int) (dst string, want map[string]string, sessions []*recording.Session) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +239,7 @@ func (healthOK) Check(_ context.Context, r *healthpb.HealthCheckRequest) (*healt
 
 // mockClient is a grpc-go ClientConn to dst whose connections go to the
 // mock server framed as the agent frames them.
-func mockClient(t *testing.T, srv *mockserver.Server, dst string) *grpc.ClientConn {
+func mockClient(t testing.TB, srv *mockserver.Server, dst string) *grpc.ClientConn {
 	d := &mocktest.Dialer{Mock: srv.Addr(), Dst: dst}
 	cc, err := grpc.NewClient(dst, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }))

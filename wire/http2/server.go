@@ -86,7 +86,7 @@ type ServerConn struct {
 	hb  bytes.Buffer
 
 	streams map[uint32]*serverStream
-	lastID  uint32 // highest client stream opened
+	lastID  uint32     // highest client stream opened
 	gone    []*Request // streams over since the last Feed returned
 
 	// Send side: the client's settings and windows.

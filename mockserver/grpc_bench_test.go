@@ -72,10 +72,10 @@ func BenchmarkMockVsGRPC(b *testing.B) {
 	// The recording: one call per trace to a tapped server.
 	rl := listen()
 	dst := rl.Addr().String()
-	tap := &h2Tap{Listener: rl}
+	tap := mocktest.NewH2Listener(rl)
 	grpctest.Serve(b, tap)
 	benchUnary(b, client(dst), 64, tag)
-	sessions := tap.sessions(b, dst, xTrace)
+	sessions := tap.Sessions(b, dst, xTrace)
 	if len(sessions) != 64 {
 		b.Fatalf("%d sessions recorded", len(sessions))
 	}

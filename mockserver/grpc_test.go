@@ -29,107 +29,6 @@ import (
 	"github.com/retrace-dev/retrace/wire/http2"
 )
 
-// h2Tap keeps, in order, what a real server read and wrote on each
-// connection it accepted: the recording of a downstream, reassembled by
-// wire/http2.Conn.
-type h2Tap struct {
-	net.Listener
-	mu  sync.Mutex
-	log [][]h2Chunk
-}
-
-type h2Chunk struct {
-	client bool
-	b      []byte
-}
-
-type h2TapConn struct {
-	net.Conn
-	l *h2Tap
-	i int
-}
-
-func (l *h2Tap) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.log = append(l.log, nil)
-	return &h2TapConn{Conn: c, l: l, i: len(l.log) - 1}, nil
-}
-
-func (c *h2TapConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.l.mu.Lock()
-		c.l.log[c.i] = append(c.l.log[c.i], h2Chunk{true, bytes.Clone(p[:n])})
-		c.l.mu.Unlock()
-	}
-	return n, err
-}
-
-func (c *h2TapConn) Write(p []byte) (int, error) {
-	c.l.mu.Lock()
-	c.l.log[c.i] = append(c.l.log[c.i], h2Chunk{false, bytes.Clone(p)})
-	c.l.mu.Unlock()
-	return c.Conn.Write(p)
-}
-
-// sessions turns the tapped exchanges into one recorded session per
-// trace (the "x-trace" header, or traceOf), in stream order, and one
-// background session of the streams of no trace. Each call is a stream
-// in the recorded form of wire/http2, one after the other in time.
-func (l *h2Tap) sessions(t testing.TB, dst string, traceOf func(*http2.Exchange) string) []*recording.Session {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	byTrace := map[string]*recording.Session{}
-	var order []string
-	for ci, log := range l.log {
-		c := http2.NewConn(http2.Limits{})
-		for _, ch := range log {
-			var err error
-			if ch.client {
-				err = c.Client(ch.b)
-			} else {
-				err = c.Server(ch.b)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, x := range c.Close("end") {
-			if x.Unfinished != "" {
-				continue
-			}
-			tid := traceOf(x)
-			s := byTrace[tid]
-			if s == nil {
-				s = &recording.Session{V: 1, ID: tid, Background: tid == ""}
-				if tid == "" {
-					s.ID = "background"
-				}
-				byTrace[tid] = s
-				order = append(order, tid)
-			}
-			proto := http2.Name
-			if x.IsGRPC() {
-				proto = http2.GRPCName
-			}
-			n := int64(len(s.Calls))
-			s.Calls = append(s.Calls, recording.Call{Seq: len(s.Calls), Proto: proto, Dst: dst, Conn: int64(ci + 1),
-				StartNs: 1000 * n, DurNs: 500, Request: http2.AppendMessage(nil, x.Request, nil), Response: http2.AppendMessage(nil, x.Response, x.Pace)})
-		}
-	}
-	out := make([]*recording.Session, 0, len(order))
-	for _, tid := range order {
-		out = append(out, byTrace[tid])
-	}
-	return out
-}
-
 func xTrace(x *http2.Exchange) string { v, _ := http2.Get(x.Request.Header, "x-trace"); return v }
 
 // grpcWork is one trace's calls: grpctest.Exercise (unary, a status,
@@ -198,7 +97,7 @@ func recordGRPC(t testing.TB, n int) (dst string, want map[string]string, sessio
 		t.Fatal(err)
 	}
 	dst = l.Addr().String()
-	tap := &h2Tap{Listener: l}
+	tap := mocktest.NewH2Listener(l)
 	srv := grpc.NewServer()
 	testpb.RegisterTestServiceServer(srv, &grpctest.Service{})
 	healthpb.RegisterHealthServer(srv, healthOK{})
@@ -223,7 +122,7 @@ func recordGRPC(t testing.TB, n int) (dst string, want map[string]string, sessio
 			t.Fatalf("recording %s: %s", tag, w)
 		}
 	}
-	return dst, want, tap.sessions(t, dst, xTrace)
+	return dst, want, tap.Sessions(t, dst, xTrace)
 }
 
 type healthOK struct {
@@ -437,7 +336,7 @@ func TestMockH2C(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := l.Addr().String()
-	tap := &h2Tap{Listener: l}
+	tap := mocktest.NewH2Listener(l)
 	hs := &http.Server{Protocols: new(http.Protocols), Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		w.Header().Set("X-Echo", r.Header.Get("X-Trace"))
@@ -481,7 +380,7 @@ func TestMockH2C(t *testing.T) {
 		}
 		return v
 	}
-	srv := mocktest.NewServer(t, mockserver.Config{}, tap.sessions(t, dst, traceOf)...)
+	srv := mocktest.NewServer(t, mockserver.Config{}, tap.Sessions(t, dst, traceOf)...)
 	d := &mocktest.Dialer{Mock: srv.Addr()}
 	mc := client(d.DialContext)
 	if _, err := call(mc, "warm", "/warm", false); err != nil {

@@ -19,6 +19,7 @@ var importers = map[string]string{
 	"replayer/regress":   "pairs MySQL commands of a recording and a replay; reads the service's HTTP responses (http1.ReadResponse)",
 	"replayer/report":    "shows HTTP requests and responses as decoded messages with their fields",
 	"internal/agenttest": "test servers of the agent's tests answer RESP with wire/redis",
+	"mockserver/mocktest": "tests' stand-in for recording an HTTP/2 downstream reassembles its streams with wire/http2.Conn",
 }
 
 // TestProtocolsStayInWire fails when a package outside wire/ imports a

@@ -81,8 +81,8 @@ func (c *conn) serveMux(mp wire.Multiplexed) error {
 		m.observe(r)
 	}
 	m.mu.Unlock()
-	if err == nil {
-		err = m.werr
+	if m.werr != nil {
+		err = m.werr // the reader's error is then the closed connection
 	}
 	return err
 }

@@ -114,4 +114,3 @@ func (l *H2Listener) Sessions(t testing.TB, dst string, traceOf func(*http2.Exch
 	}
 	return out
 }
-

@@ -140,7 +140,7 @@ func (healthOK) Check(_ context.Context, r *healthpb.HealthCheckRequest) (*healt
 // mock server framed as the agent frames them.
 func mockClient(t testing.TB, srv *mockserver.Server, dst string) *grpc.ClientConn {
 	d := &mocktest.Dialer{Mock: srv.Addr(), Dst: dst}
-	cc, err := grpc.NewClient(dst, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	cc, err := grpc.NewClient("passthrough:///"+dst, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }))
 	if err != nil {
 		t.Fatal(err)
@@ -398,5 +398,39 @@ func TestMockH2C(t *testing.T) {
 	}
 	if r := report(t, srv, "h2c-05"); len(r.Calls) != 1 || r.Calls[0].Proto != "http2" || r.Calls[0].Matched != 0 {
 		t.Errorf("observed %+v", r.Calls)
+	}
+}
+
+// TestMockGRPCMovedDestination: the service dials its gRPC downstream at
+// another address than the recording's. With Config.Map (--map) naming
+// it, and without (the recorded gRPC destination chosen by the first
+// stream), every call is answered from the recorded destination, and
+// GET /destinations says why.
+func TestMockGRPCMovedDestination(t *testing.T) {
+	dst, want, sessions := recordGRPC(t, 4)
+	for _, tc := range []struct {
+		name, live string
+		cfg        mockserver.Config
+		how        string
+	}{
+		{"map", "inventory.staging:50051", mockserver.Config{Map: map[string]string{"inventory.staging:50051": dst}}, mockserver.HowMap},
+		{"auto", "inventory.staging:50051", mockserver.Config{}, mockserver.HowAuto},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := mocktest.NewServer(t, tc.cfg, sessions...)
+			cc := mockClient(t, srv, tc.live)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			got := runTraces(4, "grpc", func(tag string) (string, error) { return grpcWork(inTrace(ctx, tag), cc, tag) })
+			for tag, w := range want {
+				if got[tag] != w {
+					t.Errorf("%s: replayed %q, recorded %q", tag, got[tag], w)
+				}
+			}
+			ds := srv.Destinations()
+			if len(ds) != 1 || ds[0].Live != tc.live || ds[0].Recorded != dst || ds[0].How != tc.how {
+				t.Errorf("destinations %+v", ds)
+			}
+		})
 	}
 }

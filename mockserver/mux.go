@@ -219,14 +219,23 @@ func (m *muxConn) answer(r *muxReq) {
 	if r.tid != "" {
 		ts = s.trace(m.ctx, r.tid) // may fetch the recording: this request waits, no other
 	}
+	var patience *time.Timer
+	patient := true
 	for {
 		m.mu.Lock()
 		e := r.last
 		m.mu.Unlock()
-		resp, h, reason, wait := m.find(r, ts, &e)
+		resp, h, reason, wait := m.find(r, ts, &e, patient)
 		if wait {
+			if patience == nil {
+				patience = time.NewTimer(muxPatience)
+				defer patience.Stop()
+			}
 			select {
 			case <-r.more:
+				continue
+			case <-patience.C:
+				patient = false // matched with what there is
 				continue
 			case <-m.ctx.Done():
 				reason = "the connection closed before the request could be matched"
@@ -258,11 +267,18 @@ func (m *muxConn) answer(r *muxReq) {
 	}
 }
 
+// muxPatience is how long a request whose recording has several calls
+// alike waits for the first of its body, which tells them apart, before
+// it is matched on its headers alone (a streaming call whose server spoke
+// first).
+const muxPatience = 100 * time.Millisecond
+
 // find looks for the answer to request e of r: in its trace's recording
 // (ts), else the background recordings for a request of no trace. wait:
 // the recording has several calls alike and the request has nothing yet
-// to tell them apart (only its headers): more of it is awaited.
-func (m *muxConn) find(r *muxReq, ts *traceState, e *wire.MuxEvent) (resp []byte, h hold, reason string, wait bool) {
+// to tell them apart (only its headers): more of it is awaited, if
+// patient.
+func (m *muxConn) find(r *muxReq, ts *traceState, e *wire.MuxEvent, patient bool) (resp []byte, h hold, reason string, wait bool) {
 	s := m.c.s
 	oc := &r.oc
 	*oc = ObservedCall{Proto: r.proto, Dst: m.dst, Matched: -1}
@@ -286,7 +302,7 @@ func (m *muxConn) find(r *muxReq, ts *traceState, e *wire.MuxEvent) (resp []byte
 		return nil, h, fmt.Sprintf("trace %q resolves to no recording (no session %q is loaded and no alias names it)", ts.id, ts.recID), false
 	}
 	ds := s.dstState(ts, m.dst, m.chain)
-	if !e.Ended && !e.Gone && len(req.Canon) == 0 && ds.du != nil {
+	if patient && !e.Ended && !e.Gone && len(req.Canon) == 0 && ds.du != nil {
 		alike := 0
 		for _, i := range ds.du.byOp[req.Op] {
 			if !ds.used[i] {
@@ -307,11 +323,10 @@ func (m *muxConn) find(r *muxReq, ts *traceState, e *wire.MuxEvent) (resp []byte
 	ts.markSent(u.call)
 	if rc := &ts.entry.s.Calls[u.call]; s.cfg.CausalWait > 0 {
 		// held only if the trace has not sent every call the recording
-		// sent before this answer (usually it has); the calls of the same
-		// recorded connection are not waited for: a multiplexed one
-		// carries the trace's concurrent calls, each waited for by its
-		// own stream
-		hh := hold{ts: ts, need: ts.entry.sentBefore(rc.StartNs + rc.DurNs), conn: rc.Conn}
+		// sent before this answer (usually it has), those of the same
+		// recorded connection too: its streams are concurrent, not one
+		// behind the other
+		hh := hold{ts: ts, need: ts.entry.sentBefore(rc.StartNs + rc.DurNs)}
 		if len(ts.unsent(hh.need, hh.conn)) > 0 {
 			h = hh
 		}

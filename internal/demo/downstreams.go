@@ -30,8 +30,9 @@ type DownstreamAddrs struct {
 
 // Downstreams are the orders example's four downstreams, embedded in this
 // process: MySQL (go-mysql-server), Redis (miniredis), the pricing service
-// (HTTPS) and the fraud-check service (gRPC). Stop and Restart keep the data and the addresses, so the demo can
-// take them away during a replay and bring them back for the load test.
+// (HTTPS) and the fraud-check service (gRPC). Stop and Restart keep the
+// data and the addresses, so the demo can take them away during a replay
+// and bring them back for the load test.
 type Downstreams struct {
 	MySQL   *MySQL
 	Redis   *miniredis.Miniredis
@@ -91,13 +92,15 @@ func StartDownstreams(ctx context.Context, a DownstreamAddrs) (_ *Downstreams, e
 	} else if err := os.WriteFile(caFile, ca.PEM(), 0o644); err != nil {
 		return nil, fmt.Errorf("demo: pricing CA: %w", err)
 	}
-	d.pricing = &httpService{addr: a.Pricing, h: pricing.NewHandler(), tls: &tls.Config{Certificates: []tls.Certificate{cert}}}
-	if err := d.pricing.restart(); err != nil {
-		return nil, fmt.Errorf("demo: pricing service: %w", err)
-	}
+	// the fraud service first: whoever waits for the pricing service to
+	// answer finds the fraud service listening too
 	d.fraud = &grpcService{addr: a.Fraud}
 	if err := d.fraud.restart(); err != nil {
 		return nil, fmt.Errorf("demo: fraud service: %w", err)
+	}
+	d.pricing = &httpService{addr: a.Pricing, h: pricing.NewHandler(), tls: &tls.Config{Certificates: []tls.Certificate{cert}}}
+	if err := d.pricing.restart(); err != nil {
+		return nil, fmt.Errorf("demo: pricing service: %w", err)
 	}
 	d.cfg = orders.Config{MySQLDSN: d.MySQL.DSN(), RedisAddr: d.Redis.Addr(), PricingURL: "https://" + d.pricing.addr,
 		PricingCA: caFile, FraudAddr: d.fraud.addr}
@@ -157,10 +160,10 @@ func (d *Downstreams) Restart() error {
 	if err := d.Redis.Restart(); err != nil {
 		return fmt.Errorf("demo: embedded Redis on %s: %w", d.cfg.RedisAddr, err)
 	}
-	if err := d.pricing.restart(); err != nil {
+	if err := d.fraud.restart(); err != nil {
 		return err
 	}
-	return d.fraud.restart()
+	return d.pricing.restart()
 }
 
 // Close stops everything for good.

@@ -227,4 +227,3 @@ func fieldPath(p string) []segment {
 	}
 	return segs
 }
-

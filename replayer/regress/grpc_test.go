@@ -96,7 +96,9 @@ func serveGRPC(t *testing.T, l net.Listener, svc testpb.TestServiceServer) (stop
 	return stop
 }
 
-type healthServer struct{ healthpb.UnimplementedHealthServer }
+type healthServer struct {
+	healthpb.UnimplementedHealthServer
+}
 
 func (healthServer) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil

@@ -8,8 +8,8 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/retrace-dev/retrace/replayer/schema"

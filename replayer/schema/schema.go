@@ -23,8 +23,11 @@ import (
 	"github.com/retrace-dev/retrace/wire/protobuf"
 )
 
+// Schema is wire/protobuf's: message types by name, gRPC methods by path.
+type Schema = protobuf.Schema
+
 // File reads a descriptor set file.
-func File(path string) (*protobuf.Schema, error) { return protobuf.LoadSchema(path) }
+func File(path string) (*Schema, error) { return protobuf.LoadSchema(path) }
 
 // maxFiles bounds the files one reflection walk asks for.
 const maxFiles = 10000

@@ -206,4 +206,3 @@ func ServeGRPC(t *testing.T, svc testpb.TestServiceServer) string {
 	serveGRPC(t, l, svc)
 	return "http://" + l.Addr().String()
 }
-

@@ -67,18 +67,33 @@ func (c *collector) headerTree(want, got any) {
 		}
 		wv, wok := w[name]
 		gv, gok := g[name]
+		ws, gs := headerValue(wv), headerValue(gv)
 		c.push(keySeg(name))
 		switch {
 		case c.v.ignored(c.path):
 		case !gok:
-			c.add(Removed, render(wv), "", "")
+			c.add(Removed, ws, "", "")
 		case !wok:
-			c.add(Added, "", render(gv), "")
-		default:
-			c.value(wv, gv)
+			c.add(Added, "", gs, "")
+		case ws != gs:
+			c.add(Changed, ws, gs, "")
 		}
 		c.pop()
 	}
+}
+
+// headerValue is a header field's value as sent (values are text; a
+// header that is a tree, an oddity, is shown as JSON).
+func headerValue(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case json.Number:
+		return string(x)
+	case nil:
+		return ""
+	}
+	return render(v)
 }
 
 // bodyText compares a text body: structurally when both sides are JSON.

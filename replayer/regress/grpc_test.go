@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/types/descriptorpb"
 
+	"github.com/retrace-dev/retrace/internal/certtest"
 	"github.com/retrace-dev/retrace/internal/grpctest"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/replayer/diff"
@@ -69,6 +70,19 @@ func TestReplayGRPCSessions(t *testing.T) {
 			if !strings.HasPrefix(r.API, "POST /grpc.testing.TestService/") && r.API != "POST /grpc.health.v1.Health/Check" {
 				t.Errorf("%s: API %q", r.Session, r.API)
 			}
+		}
+	})
+
+	t.Run("h2 over TLS", func(t *testing.T) {
+		ca := certtest.New(t)
+		target := replaytest.ServeGRPCTLS(t, &grpctest.Service{}, ca.ServerConfig(t))
+		c := replayGRPC(t, regress.Config{Source: regress.Sessions(sessions), Target: target, Concurrency: 16, TLS: ca.ClientConfig()})
+		if n := len(c.byStatus(regress.Passed)); n != len(sessions) {
+			t.Fatalf("%d of %d passed: %+v", n, len(sessions), c.results[0])
+		}
+		c = replayGRPC(t, regress.Config{Source: regress.Sessions(sessions[:1]), Target: target})
+		if len(c.results) != 1 || c.results[0].Status != regress.Errored || !strings.Contains(c.results[0].Error, "certificate") {
+			t.Fatalf("untrusted certificate: %+v", c.results[0])
 		}
 	})
 

@@ -2,6 +2,7 @@ package replaytest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
@@ -69,9 +71,9 @@ func RecordGRPC(t *testing.T, traces int) []*recording.Session {
 
 // serveGRPC serves svc (and the health and reflection services) on l
 // until the returned function is called (or the test ends).
-func serveGRPC(t *testing.T, l net.Listener, svc testpb.TestServiceServer) (stop func()) {
+func serveGRPC(t *testing.T, l net.Listener, svc testpb.TestServiceServer, opts ...grpc.ServerOption) (stop func()) {
 	t.Helper()
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	testpb.RegisterTestServiceServer(srv, svc)
 	healthpb.RegisterHealthServer(srv, healthServer{})
 	reflection.Register(srv)
@@ -205,4 +207,16 @@ func ServeGRPC(t *testing.T, svc testpb.TestServiceServer) string {
 	}
 	serveGRPC(t, l, svc)
 	return "http://" + l.Addr().String()
+}
+
+// ServeGRPCTLS is ServeGRPC over TLS with cfg (a certificate for
+// 127.0.0.1); it returns the https:// URL.
+func ServeGRPCTLS(t *testing.T, svc testpb.TestServiceServer, cfg *tls.Config) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveGRPC(t, l, svc, grpc.Creds(credentials.NewTLS(cfg)))
+	return "https://" + l.Addr().String()
 }

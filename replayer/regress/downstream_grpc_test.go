@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"golang.org/x/net/http2/hpack"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/retrace-dev/retrace/mockserver"

@@ -119,11 +119,20 @@ func TestGRPCServiceRecordReplayLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	changed := startFront(t, dir, "changed", proxy.Addr(), "RETRACE_MODE=replay", "RETRACE_MOCK_ADDR="+mock.addr, "GRPCFRONT_VARIANT=changed")
-	csum := replayCLI(t, retrace, recDir, "http://"+changed.Addr(), mock.admin, filepath.Join(dir, "report-changed"))
+	// with the target's server reflection, the difference is named by field
+	csum := replayCLI(t, retrace, recDir, "http://"+changed.Addr(), mock.admin, filepath.Join(dir, "report-changed"), "--grpc-reflection")
 	unary := grpcTraces - grpcTraces/grpcStreamEvery
 	if csum.Sessions != grpcTraces || csum.Failed != unary || csum.Passed != grpcTraces-unary || csum.Errors != 0 {
 		t.Errorf("replay of the changed build: %d sessions, %d passed, %d failed, %d errors; want the %d unary ones failed, the others passed",
 			csum.Sessions, csum.Passed, csum.Failed, csum.Errors, unary)
+	}
+	for _, a := range csum.APIs {
+		if a.Failed == 0 {
+			continue
+		}
+		if len(a.Paths) != 1 || a.Paths[0].Path != "message[*].payload.body" || a.Paths[0].Sessions != unary {
+			t.Errorf("replay of the changed build: %s differs at %+v, want only at message[*].payload.body in %d sessions", a.API, a.Paths, unary)
+		}
 	}
 	if err := changed.Stop(); err != nil {
 		t.Fatal(err)
@@ -456,10 +465,10 @@ func (m *mockProcess) stop(t *testing.T) {
 // grpc-go sends each call's remaining deadline as grpc-timeout, different
 // on every run) and returns the report's summary; its exit status is
 // checked against the summary (0 exactly when all passed).
-func replayCLI(t *testing.T, retrace, recDir, target, mockAdmin, reportDir string) *report.Summary {
+func replayCLI(t *testing.T, retrace, recDir, target, mockAdmin, reportDir string, more ...string) *report.Summary {
 	t.Helper()
-	cmd := exec.Command(retrace, "replay", "--recordings", recDir, "--target", target, "--mock-admin", mockAdmin,
-		"--concurrency", "16", "--detect-noise", "3", "--report", reportDir)
+	cmd := exec.Command(retrace, append([]string{"replay", "--recordings", recDir, "--target", target, "--mock-admin", mockAdmin,
+		"--concurrency", "16", "--detect-noise", "3", "--report", reportDir}, more...)...)
 	cmd.Env = append(os.Environ(), "RETRACE_MODE=")
 	out, err := cmd.CombinedOutput()
 	var sum report.Summary

@@ -1,6 +1,7 @@
 // Command grpcfront is the gRPC service of the end-to-end tests: a grpc-go
 // server (grpc-go's interop TestService and the health service) whose
-// handlers call a grpc-go downstream over one shared ClientConn. It links
+// handlers call a grpc-go downstream over one shared ClientConn, with server
+// reflection. It links
 // the agent by the blank import, as a user's service does.
 //
 //	GRPCFRONT_DOWNSTREAM=127.0.0.1:9000 grpcfront -listen 127.0.0.1:0
@@ -35,6 +36,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	"github.com/retrace-dev/retrace/internal/grpctest"
@@ -73,6 +75,7 @@ func run() error {
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
+	reflection.Register(srv) // for replays that show messages by field name
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -91,11 +91,12 @@ func tally(s *report.Summary) string {
 
 // demo is one run's state.
 type demo struct {
-	opt Options
-	out io.Writer
-	res Result
-	dn  *Downstreams
-	log *os.File // the service processes' output
+	opt    Options
+	out    io.Writer
+	res    Result
+	dn     *Downstreams
+	log    *os.File         // the service processes' output
+	schema *protobuf.Schema // the fraud service's, for gRPC messages by name
 }
 
 // Run tells the whole story: record the orders example on embedded
@@ -125,11 +126,14 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("demo: work directory: %w", err)
 	}
 	d := &demo{opt: opt, out: opt.Out}
+	var err error
+	if d.schema, err = FraudSchema(); err != nil {
+		return nil, err
+	}
 	d.res.Recordings = filepath.Join(opt.Dir, "recordings")
 	d.res.ReplayReport = filepath.Join(opt.Dir, "replay-report")
 	d.res.ChangedReport = filepath.Join(opt.Dir, "replay-report-changed")
 	d.res.LoadDir = filepath.Join(opt.Dir, "load")
-	var err error
 	if d.log, err = os.Create(filepath.Join(opt.Dir, "service.log")); err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
@@ -293,7 +297,7 @@ func (d *demo) replayRun(ctx context.Context, svc *Service, mock *mockserver.Ser
 	}
 	defer store.Close()
 	cfg := regress.Config{Source: store, Target: svc.URL(), MockAdmin: mock.AdminURL(), Concurrency: d.opt.Clients, Rules: rules,
-		Timeout: 15 * time.Second}
+		Timeout: 15 * time.Second, Schema: d.schema}
 	rep, err := report.New(report.Options{Dir: dir, Target: svc.URL(), NoiseRules: d.res.Noise})
 	if err != nil {
 		return nil, err
@@ -320,7 +324,8 @@ func (d *demo) replay(ctx context.Context, mock *mockserver.Server) error {
 	if err != nil {
 		return err
 	}
-	noise, err := regress.DetectNoise(ctx, regress.Config{Source: store, Target: svc.URL(), MockAdmin: mock.AdminURL(), Concurrency: d.opt.Clients, Timeout: 15 * time.Second}, regress.NoiseConfig{})
+	noise, err := regress.DetectNoise(ctx, regress.Config{Source: store, Target: svc.URL(), MockAdmin: mock.AdminURL(), Concurrency: d.opt.Clients,
+		Timeout: 15 * time.Second, Schema: d.schema}, regress.NoiseConfig{})
 	store.Close()
 	if err != nil {
 		return fmt.Errorf("noise detection: %w", err)
@@ -432,13 +437,21 @@ func callSummary(s *recording.Session) string {
 	return out
 }
 
+// FraudSchema is the fraud-check service's protobuf schema, by which the
+// demo shows and compares its messages by field name (as `retrace replay
+// --proto-descriptors` does with a descriptor set file).
+func FraudSchema() (*protobuf.Schema, error) {
+	b, err := fraud.FileDescriptorSet()
+	if err != nil {
+		return nil, fmt.Errorf("demo: fraud schema: %w", err)
+	}
+	return protobuf.ParseSchema(b)
+}
+
 // grpcCalls shows the gRPC calls of a session decoded, their messages by
 // field name from the fraud service's descriptor set.
 func grpcCalls(s *recording.Session) []string {
-	var schema *protobuf.Schema
-	if b, err := fraud.FileDescriptorSet(); err == nil {
-		schema, _ = protobuf.ParseSchema(b)
-	}
+	schema, _ := FraudSchema() // without it, by field number
 	var out []string
 	for _, c := range s.Calls {
 		if c.Proto != http2.GRPCName || c.Setup {

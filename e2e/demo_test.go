@@ -61,6 +61,16 @@ func TestDemo(t *testing.T) {
 	if changed.Sessions != 300 || changed.Failed == 0 || changed.Errors != 0 {
 		t.Errorf("changed-build summary: %d sessions, %d passed, %d failed, %d errors", changed.Sessions, changed.Passed, changed.Failed, changed.Errors)
 	}
+	// the changed build's fraud checks are caught field by field, by name
+	var grpcPath bool
+	for _, a := range changed.APIs {
+		for _, p := range a.Paths {
+			grpcPath = grpcPath || (a.API == "POST /orders" && strings.HasSuffix(p.Path, "message[*].total_cents") && p.Sessions > 0)
+		}
+	}
+	if !grpcPath {
+		t.Errorf("changed-build summary names no fraud-check field: %+v", changed.APIs)
+	}
 	// the pricing service is HTTPS: its calls are recorded in plaintext,
 	// marked TLS, and no TLS record was recorded
 	recs, err := filepath.Glob(filepath.Join(dir, "recordings", "*"))

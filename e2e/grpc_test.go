@@ -61,7 +61,8 @@ var exercisePaths = []string{unaryPath, unaryPath, streamPath, duplexPath, healt
 //     sessions pass, and no connection reaches the downstream. A build
 //     that answers differently fails exactly its unary sessions.
 //  3. Load: `retrace extract` and `retrace load` against grpcfront (agent
-//     off, downstream back): every unary RPC sent, per-method percentiles.
+//     off, downstream back), at max rate and at 4× the recorded pace: every
+//     recorded RPC sent and answered OK, per-method counts and percentiles.
 func TestGRPCServiceRecordReplayLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end to end: builds binaries and records, replays and loads a gRPC service")
@@ -147,30 +148,30 @@ func TestGRPCServiceRecordReplayLoad(t *testing.T) {
 	plain := startFront(t, dir, "load", proxy.Addr())
 	reqs := filepath.Join(dir, "requests.jsonl")
 	runCLI(t, retrace, "extract", "--from", recDir, "--out", reqs)
-	loadDir := filepath.Join(dir, "load")
-	runCLI(t, retrace, "load", "--input", reqs, "--target", "http://"+plain.Addr(), "--mode", "max", "--concurrency", "16", "--out", loadDir)
-	run, err := analyze.Load(context.Background(), loadDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls := analyze.Summarize(run)
-	var found bool
-	for _, e := range ls.APIs {
-		t.Logf("load: %s ×%d, %d errors, p50 %.2f ms, p99 %.2f ms, max %.2f ms", e.API, e.Count, e.Errors, e.P50Ms, e.P99Ms, e.MaxMs)
-		if !strings.Contains(e.API, unaryPath) {
-			continue
+	for _, mode := range [][]string{{"--mode", "max", "--concurrency", "16"}, {"--mode", "original", "--speed", "4"}} {
+		loadDir := filepath.Join(dir, "load-"+mode[1])
+		runCLI(t, retrace, append([]string{"load", "--input", reqs, "--target", "http://" + plain.Addr(), "--out", loadDir}, mode...)...)
+		run, err := analyze.Load(context.Background(), loadDir)
+		if err != nil {
+			t.Fatal(err)
 		}
-		found = true
-		if e.Count != int64(unary) || e.Errors != 0 {
-			t.Errorf("load of %s: %d sent, %d errors; want %d and 0", e.API, e.Count, e.Errors, unary)
-			logErrors(t, loadDir)
+		// every recorded RPC sent, answered OK, counted under its method
+		want := map[string]int64{"POST " + unaryPath: int64(unary), "POST " + streamPath: int64(grpcTraces - unary)}
+		got := map[string]int64{}
+		for _, e := range analyze.Summarize(run).APIs {
+			t.Logf("load %s: %s ×%d, %d errors, p50 %.2f ms, p99 %.2f ms, max %.2f ms, status %v", mode[1], e.API, e.Count, e.Errors, e.P50Ms, e.P99Ms, e.MaxMs, e.Status)
+			got[e.API] = e.Count
+			if e.Errors != 0 || e.Status["grpc-0"] != e.Count {
+				t.Errorf("load %s of %s: %d errors, statuses %v; want every call grpc-0", mode[1], e.API, e.Errors, e.Status)
+				logErrors(t, loadDir)
+			}
+			if e.P50Ms <= 0 || e.P99Ms < e.P50Ms || e.MaxMs < e.P99Ms {
+				t.Errorf("load %s of %s: percentiles p50 %.3f p99 %.3f max %.3f", mode[1], e.API, e.P50Ms, e.P99Ms, e.MaxMs)
+			}
 		}
-		if e.P50Ms <= 0 || e.P99Ms < e.P50Ms || e.MaxMs < e.P99Ms {
-			t.Errorf("load of %s: percentiles p50 %.3f p99 %.3f max %.3f", e.API, e.P50Ms, e.P99Ms, e.MaxMs)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("load %s: calls per method %v, want %v", mode[1], got, want)
 		}
-	}
-	if !found {
-		t.Errorf("no load results for %s: %+v", unaryPath, ls.APIs)
 	}
 	if err := plain.Stop(); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/retrace-dev/retrace/wire"
 	"github.com/retrace-dev/retrace/wire/grpc"
-	"github.com/retrace-dev/retrace/wire/protobuf"
+	"github.com/retrace-dev/retrace/wire/protobuf/numbered"
 )
 
 // Name is the protocol's name in recordings; a stream whose request is
@@ -130,9 +130,18 @@ func (protocol) Decode(side wire.Side, msg []byte) (wire.Decoded, bool) {
 	return DecodeMessage(side == wire.Server, m, nil, ""), true
 }
 
-// DecodeMessage is Decode with an optional schema and the call's path, by
-// which gRPC messages are shown by field name.
-func DecodeMessage(response bool, m Message, s *protobuf.Schema, path string) wire.Decoded {
+// Schema shows a gRPC method's messages by field name (wire/protobuf's
+// *Schema is one). It is an interface so that what frames HTTP/2 (the
+// agent's recorder among them) does not link protobuf-go's reflection.
+type Schema interface {
+	// DecodeGRPC decodes a request (response false) or response message
+	// of the method at path; ok is false for a method it does not know.
+	DecodeGRPC(path string, response bool, data []byte) (tree map[string]any, ok bool, err error)
+}
+
+// DecodeMessage is Decode with an optional schema (nil for none) and the
+// call's path, by which gRPC messages are shown by field name.
+func DecodeMessage(response bool, m Message, s Schema, path string) wire.Decoded {
 	var d wire.Decoded
 	var line []string
 	for _, f := range m.Header {
@@ -166,23 +175,20 @@ func DecodeMessage(response bool, m Message, s *protobuf.Schema, path string) wi
 	return d
 }
 
-func messageFields(prefix string, gm grpc.Message, response bool, s *protobuf.Schema, path string) []wire.Field {
+func messageFields(prefix string, gm grpc.Message, response bool, s Schema, path string) []wire.Field {
 	if gm.Compressed {
 		return []wire.Field{{Path: prefix, Value: fmt.Sprintf("(%d bytes compressed)", len(gm.Data))}}
 	}
 	var tree map[string]any
 	var err error
 	if s != nil {
-		if in, out, merr := s.Method(path); merr == nil {
-			md := in
-			if response {
-				md = out
-			}
-			tree, err = protobuf.Decode(md, gm.Data)
+		var known bool
+		if tree, known, err = s.DecodeGRPC(path, response, gm.Data); !known {
+			tree, err = nil, nil
 		}
 	}
 	if tree == nil {
-		tree, err = protobuf.DecodeRaw(gm.Data)
+		tree, err = numbered.Decode(gm.Data)
 	}
 	if err != nil {
 		return []wire.Field{{Path: prefix, Value: fmt.Sprintf("(%d bytes, not protobuf: %v)", len(gm.Data), err)}}

@@ -122,3 +122,23 @@ func Decode(md protoreflect.MessageDescriptor, b []byte) (map[string]any, error)
 	}
 	return out, nil
 }
+
+// DecodeGRPC decodes a message of the gRPC method at path by field name:
+// its request message, or its response one. ok is false when s knows no
+// such method (s may be nil): callers then decode by field number. It
+// makes *Schema a wire/http2.Schema.
+func (s *Schema) DecodeGRPC(path string, response bool, b []byte) (tree map[string]any, ok bool, err error) {
+	if s == nil {
+		return nil, false, nil
+	}
+	in, out, err := s.Method(path)
+	if err != nil {
+		return nil, false, nil
+	}
+	md := in
+	if response {
+		md = out
+	}
+	tree, err = Decode(md, b)
+	return tree, true, err
+}

@@ -507,3 +507,37 @@ func TestRecordGRPCOverTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordPRIThatIsNotHTTP2: a client of another protocol whose first
+// write starts with "PRI " goes through the rewriter until the preface
+// does not match; its bytes reach the server as written, and that is no
+// rewriter failure.
+func TestRecordPRIThatIsNotHTTP2(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		b, _ := io.ReadAll(c)
+		got <- b
+	}()
+	before := hook.ReadStats()
+	install(t, hook.Config{Mode: hook.Record, Recorder: &writeRecorder{}, Logger: discardLogger()})
+	c, err := net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	msgs := []string{"PRI ", "VATE hello\r\n", "and more\r\n"}
+	for _, m := range msgs {
+		_, err := c.Write([]byte(m))
+		require.NoError(t, err)
+	}
+	require.NoError(t, c.Close())
+	assert.Equal(t, strings.Join(msgs, ""), string(<-got))
+	st := hook.ReadStats()
+	assert.Equal(t, before.H2RewriteFailed, st.H2RewriteFailed)
+	assert.Equal(t, before.H2Outbound+1, st.H2Outbound)
+}

@@ -134,9 +134,7 @@ func TestInitFromEnvironment(t *testing.T) {
 	require.Equal(t, 1, strings.Count(errOut, "retrace: agent off"), errOut)
 
 	out, errOut = run("RETRACE_MODE=replay", "RETRACE_MOCK_ADDR=127.0.0.1:9")
-	// with RETRACE_RANDOM=math, the default; TLS's 3; x/net/http2's server
-	// (linked by the recorder's wire/http2) has its handlers' context hooked
-	require.Contains(t, out, "mode=replay patched=15")
+	require.Contains(t, out, "mode=replay patched=15") // with RETRACE_RANDOM=math, the default; TLS's 3; net/http's HTTP/2 server's serverConnBaseContext
 	require.NotContains(t, errOut, "retrace:")
 
 	out, _ = run("RETRACE_MODE=replay", "RETRACE_MOCK_ADDR=127.0.0.1:9", "RETRACE_RANDOM=off")
@@ -153,10 +151,9 @@ func TestInitFromEnvironment(t *testing.T) {
 
 	if recorderFactory != nil {
 		// Record mode: conn Read/Write/Close, the HTTP transport, the TLS
-		// hooks, the math/rand sources and x/net/http2's server; no connect
-		// redirection, no clock.
+		// hooks and the math/rand sources; no connect redirection, no clock.
 		out, errOut = run("RETRACE_MODE=record", "RETRACE_RECORD="+t.TempDir())
-		require.Contains(t, out, "mode=record patched=12") // and x/net/http2's server, as in replay mode
+		require.Contains(t, out, "mode=record patched=12")
 		require.NotContains(t, out, "err=")
 		require.NotContains(t, out, "stop=")
 		require.NotContains(t, errOut, "retrace: agent off")

@@ -65,9 +65,7 @@ var libraries = map[string]string{
 	"golang.org/x/net/http2":       "wire/http2: the HTTP/2 framer (issue #25 names x/net/http2 for the wire format)",
 	"golang.org/x/net/http2/hpack": "wire/http2, wire/grpc, wire/http2/inband: HPACK header blocks",
 	module + "/wire/grpc":          "wire/http2: a gRPC call is an HTTP/2 stream; its decoded form splits the messages",
-	module + "/wire/protobuf":      "gRPC messages decoded by field name with descriptors (wire/http2 takes a schema through its Schema interface instead)",
-	module + "/wire/protobuf/numbered": "wire/http2, wire/protobuf: gRPC messages decoded by field number with protowire alone " +
-		"(the agent's recorder links wire/http2: protobuf-go's reflection would add 2.5 MB to it)",
+	module + "/wire/protobuf":      "wire/http2: gRPC messages decoded by field number or name",
 	"github.com/jackc/pgx/v5/pgproto3": "wire/postgres: the PostgreSQL message codec of pgx, the driver most Go services use, " +
 		"so the mock decodes and encodes messages exactly as the client it answers (three small packages, no init)",
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/retrace-dev/retrace/wire"
 	"github.com/retrace-dev/retrace/wire/grpc"
-	"github.com/retrace-dev/retrace/wire/protobuf/numbered"
+	"github.com/retrace-dev/retrace/wire/protobuf"
 )
 
 // The decoded form of a stream's half (wire.Decoded), the paths the diff
@@ -53,20 +53,10 @@ func (protocol) Decode(side wire.Side, msg []byte) (wire.Decoded, bool) {
 	return d, err == nil
 }
 
-// Schema shows a gRPC method's messages by field name (wire/protobuf's
-// *Schema is one, nil included). It is an interface so that what frames
-// HTTP/2 (the agent's recorder among them) does not link protobuf-go's
-// reflection.
-type Schema interface {
-	// DecodeGRPC decodes a request (response false) or response message
-	// of the method at path; ok is false for a method it does not know.
-	DecodeGRPC(path string, response bool, data []byte) (tree map[string]any, ok bool, err error)
-}
-
-// DecodeMessage is Decode with an optional schema (nil for none) and the
-// call's path, by which gRPC messages are shown by field name. What does
-// not decode is shown as a field saying why (see DecodeChecked).
-func DecodeMessage(response bool, m Message, s Schema, path string) wire.Decoded {
+// DecodeMessage is Decode with an optional schema and the call's path, by
+// which gRPC messages are shown by field name. What does not decode is
+// shown as a field saying why (see DecodeChecked).
+func DecodeMessage(response bool, m Message, s protobuf.Schema, path string) wire.Decoded {
 	d, _ := DecodeChecked(response, m, s, path)
 	return d
 }
@@ -82,7 +72,7 @@ var ErrUndecodable = errors.New("http2: undecodable")
 // everything, the parts that did not decode as a field saying why. A
 // schema that does not know the method at path is no error: its messages
 // are decoded by field number.
-func DecodeChecked(response bool, m Message, s Schema, path string) (wire.Decoded, error) {
+func DecodeChecked(response bool, m Message, s protobuf.Schema, path string) (wire.Decoded, error) {
 	dc := decoder{response: response, schema: s}
 	if p, ok := Get(m.Header, ":path"); ok && path == "" {
 		path = p
@@ -93,7 +83,7 @@ func DecodeChecked(response bool, m Message, s Schema, path string) (wire.Decode
 
 type decoder struct {
 	response bool
-	schema   Schema
+	schema   protobuf.Schema
 	path     string
 	d        wire.Decoded
 	err      error
@@ -211,14 +201,12 @@ func (dc *decoder) message(prefix string, gm grpc.Message, enc string) {
 	}
 	var tree map[string]any
 	var err error
+	known := false
 	if dc.schema != nil {
-		var known bool
-		if tree, known, err = dc.schema.DecodeGRPC(dc.path, dc.response, data); !known {
-			tree, err = nil, nil
-		}
+		tree, known, err = dc.schema.DecodeMethod(dc.path, dc.response, data)
 	}
-	if tree == nil && err == nil {
-		tree, err = numbered.Decode(data)
+	if !known {
+		tree, err = protobuf.DecodeRaw(data)
 	}
 	if err != nil {
 		dc.fail(prefix, fmt.Sprintf("%d bytes, not protobuf: %v", len(data), err))

@@ -91,12 +91,12 @@ func (r *Recorder) StartStream(c *hook.ConnInfo, stream uint32) string {
 }
 
 // H2Read feeds the client's bytes.
-func (r *Recorder) H2Read(c *hook.ConnInfo, p []byte) { r.h2Feed(c, http2.Client, p) }
+func (r *Recorder) H2Read(c *hook.ConnInfo, p []byte) { r.h2InFeed(c, http2.Client, p) }
 
 // H2Write feeds the server's bytes.
-func (r *Recorder) H2Write(c *hook.ConnInfo, p []byte) { r.h2Feed(c, http2.Server, p) }
+func (r *Recorder) H2Write(c *hook.ConnInfo, p []byte) { r.h2InFeed(c, http2.Server, p) }
 
-func (r *Recorder) h2Feed(c *hook.ConnInfo, side http2.Side, p []byte) {
+func (r *Recorder) h2InFeed(c *hook.ConnInfo, side http2.Side, p []byte) {
 	h := r.h2Of(c, nil)
 	if h == nil {
 		return
@@ -290,20 +290,13 @@ func (r *Recorder) finishStream(a *active, x *http2.Exchange) {
 	}
 }
 
-// recordedHalf is a stream's half in the recorded form, its data cut so
-// that the whole stays within max bytes (max < 0: no cap) where the
-// headers leave room: the pipeline's cap would otherwise cut the form
-// itself, which would no longer parse. truncated: data was cut (here, or
+// recordedHalf is a stream's half in the recorded form within max bytes
+// (http2.AppendCapped: the pipeline's cap would otherwise cut the form
+// itself, which would no longer parse). truncated: data was cut (here, or
 // not kept by the Conn).
 func recordedHalf(m http2.Message, pace []http2.Mark, max int) (b []byte, truncated bool) {
-	b = http2.AppendMessage(nil, m, pace)
-	truncated = m.Dropped > 0
-	if over := len(b) - max; max >= 0 && over > 0 && len(m.Data) > 0 {
-		m.Data = m.Data[:len(m.Data)-min(over, len(m.Data))]
-		b = http2.AppendMessage(b[:0], m, pace)
-		truncated = true
-	}
-	return b, truncated
+	b, cut := http2.AppendCapped(nil, m, pace, max)
+	return b, cut || m.Dropped > 0 || m.Truncated
 }
 
 // streamNote says how a stream ended when not with both halves whole.

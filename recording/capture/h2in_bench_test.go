@@ -56,15 +56,15 @@ func grpcUnaryRate(b *testing.B, l net.Listener, calls int) float64 {
 	return float64(calls/workers*workers) / time.Since(start).Seconds()
 }
 
-// BenchmarkGRPCRecordRatio measures a gRPC service's unary throughput (64
+// BenchmarkGRPCInboundRecordRatio measures a gRPC service's unary throughput (64
 // concurrent calls over one ClientConn, client and service in this
 // process) with the agent off and in record mode, every call sampled and
 // one in ten, sessions written to a directory store, in alternating rounds
 // of the same sitting; it reports the ratios record/off (medians of the
 // rounds).
 //
-//	go test -run XXX -bench GRPCRecordRatio -benchtime 5x ./recording/capture/
-func BenchmarkGRPCRecordRatio(b *testing.B) {
+//	go test -run XXX -bench GRPCInboundRecordRatio -benchtime 5x ./recording/capture/
+func BenchmarkGRPCInboundRecordRatio(b *testing.B) {
 	const calls = 6400
 	listen := func() net.Listener {
 		l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -31,6 +31,10 @@ type Conn struct {
 	// negative means no bound but MaxData. The bytes beyond are counted
 	// in the half's Dropped, not kept, and the stream is followed as any.
 	KeepData func(stream uint32) int
+	// Truncate keeps a half's data to MaxData and drops the rest (the half
+	// is then marked Truncated) instead of failing the connection: a
+	// recorder follows a connection whatever its streams carry.
+	Truncate bool
 }
 
 // NewConn returns a Conn whose client side starts with the preface.
@@ -133,16 +137,19 @@ func (c *Conn) apply(s Side, f *Frame) (*Exchange, error) {
 	case http2.FrameHeaders:
 		m.addHeaders(f.Fields, s == Server)
 	case http2.FrameData:
-		switch {
-		case x.bounded && len(m.Data)+len(f.Data) > x.keep:
+		data := f.Data
+		switch limit := c.maxData(); {
+		case x.bounded && len(m.Data)+len(data) > x.keep:
 			n := max(0, x.keep-len(m.Data))
-			m.Data = append(m.Data, f.Data[:n]...)
-			m.Dropped += len(f.Data) - n
-		case len(m.Data)+len(f.Data) > c.maxData():
-			return x, fmt.Errorf("more than %d bytes of data", c.maxData())
-		default:
-			m.Data = append(m.Data, f.Data...)
+			m.Dropped += len(data) - n
+			data = data[:n]
+		case len(m.Data)+len(data) > limit:
+			if !c.Truncate {
+				return x, fmt.Errorf("more than %d bytes of data", limit)
+			}
+			data, m.Truncated = data[:limit-len(m.Data)], true
 		}
+		m.Data = append(m.Data, data...)
 		if s == Server && len(f.Data) > 0 {
 			x.mark()
 		}

@@ -106,7 +106,9 @@ func sessionsOf(t *testing.T, st *recording.DirStore) (byTag map[string]*recordi
 			return nil
 		}
 		if s.Inbound.Proto != recording.ProtoHTTP {
-			return nil // an inbound stream of the downstream, served in this process too
+			// the in-process downstream's own streams, recorded as
+			// inbound sessions of their own
+			return nil
 		}
 		line, _, _ := strings.Cut(string(s.Inbound.Request), "\r\n")
 		_, tag, ok := strings.Cut(strings.Fields(line + " ")[1], "tag=")

@@ -21,10 +21,10 @@ type Message struct {
 	Trailer []hpack.HeaderField `json:"trailer,omitempty"`
 	// End: END_STREAM was seen.
 	End bool `json:"end,omitempty"`
-	// Dropped counts the data bytes not kept in Data (Conn.KeepData).
-	Dropped int `json:"dropped,omitempty"`
 	// Truncated: data beyond the reader's limit was dropped (Conn.Truncate).
 	Truncated bool `json:"truncated,omitempty"`
+	// Dropped counts the data bytes not kept in Data (Conn.KeepData).
+	Dropped int `json:"dropped,omitempty"`
 }
 
 // Get returns the value of the first field named name in the header block

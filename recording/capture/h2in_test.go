@@ -554,3 +554,92 @@ func TestRecordGRPCSampledCapped(t *testing.T) {
 	require.Less(t, n, clients*5*3/4, "about half the calls")
 	require.Positive(t, truncated)
 }
+
+// TestRecordGRPCCancelled: bidirectional calls the client cancels after
+// their first answer, 32 at once on one connection beside calls that end
+// normally: each cancelled call is a session with what was exchanged, its
+// downstream call, and a note that the client reset the stream; the others
+// are whole.
+func TestRecordGRPCCancelled(t *testing.T) {
+	rec, store := installRecorder(t, "grpc", *sampler(t, 1))
+	down, _ := startChild(t, "echo")
+	hc := newClient(64)
+	defer hc.CloseIdleConnections()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	svc := &grpctest.Service{OnCall: func(md metadata.MD) {
+		if v := md.Get("x-trace"); len(v) > 0 {
+			_ = echoGet(hc, down, v[0])
+		}
+	}}
+	grpctest.ServeService(t, ln, svc)
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer cc.Close()
+	const n = 32
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for range n {
+		tag := "tg" + newReqID()[2:]
+		wg.Add(2)
+		go func() { // cancelled after its first answer
+			defer wg.Done()
+			ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "x-trace", tag))
+			defer cancel()
+			bd, err := testpb.NewTestServiceClient(cc).FullDuplexCall(ctx)
+			if err == nil {
+				err = bd.Send(&testpb.StreamingOutputCallRequest{Payload: grpctest.Payload([]byte(tag), len(tag)), ResponseParameters: []*testpb.ResponseParameters{{Size: 40}}})
+			}
+			if err == nil {
+				_, err = bd.Recv()
+			}
+			if err != nil {
+				errs <- err
+			}
+			cancel()
+		}()
+		go func() {
+			defer wg.Done()
+			if _, err := testpb.NewTestServiceClient(cc).UnaryCall(metadata.AppendToOutgoingContext(context.Background(), "x-trace", tag),
+				&testpb.SimpleRequest{ResponseSize: 10, Payload: grpctest.Payload([]byte(tag), len(tag))}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	require.Eventually(t, func() bool { return rec.Stats().Active == 0 }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, rec.Flush(context.Background()))
+	reset, whole := 0, 0
+	require.NoError(t, store.Scan(context.Background(), func(s *recording.Session) error {
+		if s.Inbound.Local != ln.Addr().String() {
+			return nil
+		}
+		req, _, err := http2.ParseMessage(s.Inbound.Request)
+		require.NoError(t, err)
+		resp, _, err := http2.ParseMessage(s.Inbound.Response)
+		require.NoError(t, err)
+		tag, _ := http2.Get(req.Header, "x-trace")
+		require.Len(t, s.Calls, 1, "session %s: its downstream call", s.ID)
+		require.Contains(t, string(s.Calls[0].Request), "id="+tag+" ")
+		path, _ := http2.Get(req.Header, ":path")
+		if strings.HasSuffix(path, "/FullDuplexCall") {
+			require.Contains(t, s.Inbound.TLS.Note, "reset by the client with CANCEL", "session %s", s.ID)
+			msgs, _, err := wgrpc.Split(resp.Data, 0)
+			require.NoError(t, err)
+			require.Len(t, msgs, 1, "session %s: the answer the client had", s.ID)
+			reset++
+		} else {
+			require.Empty(t, s.Inbound.TLS.Note)
+			code, _ := http2.Get(resp.Trailer, "grpc-status")
+			require.Equal(t, "0", code)
+			whole++
+		}
+		return nil
+	}))
+	require.Equal(t, n, reset)
+	require.Equal(t, n, whole)
+}

@@ -295,7 +295,14 @@ func (r *Recorder) finishStream(a *active, x *http2.Exchange) {
 // itself, which would no longer parse). truncated: data was cut (here, or
 // not kept by the Conn).
 func recordedHalf(m http2.Message, pace []http2.Mark, max int) (b []byte, truncated bool) {
-	b, cut := http2.AppendCapped(nil, m, pace, max)
+	size := 32 + len(m.Data) + 16*len(pace)
+	for _, block := range append(append(m.Interim, m.Header), m.Trailer) {
+		for _, f := range block {
+			size += len(f.Name) + len(f.Value) + 4
+		}
+		size += 2
+	}
+	b, cut := http2.AppendCapped(make([]byte, 0, size), m, pace, max)
 	return b, cut || m.Dropped > 0 || m.Truncated
 }
 

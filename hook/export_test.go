@@ -68,11 +68,11 @@ func ForceH2RewritePanic(t testing.TB) {
 	t.Cleanup(func() { h2RewritePanic.Store(false) })
 }
 
-// H2ServeFuncs returns the code addresses of the HTTP/2 servers' functions
-// the agent patches (h2serve.go), by name.
+// H2ServeFuncs returns the code addresses of the HTTP/2 servers'
+// serverConnBaseContext the agent patches, by name.
 func H2ServeFuncs() map[string]uintptr {
-	ts, _ := h2ServeTargets()
 	out := map[string]uintptr{}
+	ts, _ := h2ServeTargets()
 	for _, t := range ts {
 		out[t.name] = *(*uintptr)(t.word)
 	}

@@ -81,6 +81,7 @@ var tagPattern = regexp.MustCompile(`tg[0-9a-f]{16}`)
 // and exactly its handler's downstream call.
 func TestRecordGRPCService(t *testing.T) {
 	rec, store := installRecorder(t, "grpc", *sampler(t, 1))
+	unrecorded := hook.ReadStats().H2Unrecorded
 	down, _ := startChild(t, "echo")
 	hc := newClient(64)
 	defer hc.CloseIdleConnections()
@@ -150,8 +151,7 @@ func TestRecordGRPCService(t *testing.T) {
 			"/grpc.health.v1.Health/Check", "/grpc.testing.TestService/StreamingInputCall",
 		}, ms, "the calls of %s", tag)
 	}
-	st := hook.ReadStats()
-	assert.Zero(t, st.H2Unrecorded)
+	assert.Equal(t, unrecorded, hook.ReadStats().H2Unrecorded, "every HTTP/2 connection recorded")
 }
 
 // checkGRPCSession checks that a recorded gRPC session is one whole call
@@ -272,6 +272,9 @@ func TestRecordNetHTTPH2(t *testing.T) {
 	}
 }
 
+// w3cTrace is the W3C trace-id a request tagged tag carries.
+func w3cTrace(tag string) string { return "0000000000000000" + tag[2:] }
+
 // runH2Clients makes 64 concurrent POSTs, each with a tag of its own, and
 // returns the tags.
 func runH2Clients(t *testing.T, c *http.Client, base string) map[string]bool {
@@ -286,7 +289,14 @@ func runH2Clients(t *testing.T, c *http.Client, base string) map[string]bool {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := c.Post(base+"/work?id="+tag, "text/plain", strings.NewReader("body-"+tag))
+			req, err := http.NewRequest("POST", base+"/work?id="+tag, strings.NewReader("body-"+tag))
+			if err != nil {
+				errs <- err
+				return
+			}
+			req.Header.Set("Content-Type", "text/plain")
+			req.Header.Set("traceparent", "00-"+w3cTrace(tag)+"-00f067aa0ba902b7-01")
+			resp, err := c.Do(req)
 			if err != nil {
 				errs <- err
 				return
@@ -329,6 +339,7 @@ func checkH2Sessions(t *testing.T, store recording.Store, addr string, tls bool)
 		seen[tag] = true
 		if m, _ := http2.Get(req.Header, ":method"); m == "POST" {
 			require.Equal(t, "body-"+tag, string(req.Data), "session %s", s.ID)
+			require.Equal(t, w3cTrace(tag), s.Trace, "session %s: the W3C trace-id of its traceparent", s.ID)
 		}
 		status, _ := http2.Get(resp.Header, ":status")
 		require.Equal(t, "200", status, "session %s", s.ID)

@@ -25,7 +25,9 @@ import (
 type muxConn struct {
 	c   *conn
 	ctx context.Context
-	dst string // the recorded destination, once decided
+	// dst is the recorded destination, once decided (under mu until
+	// then; c.dst is the reader's)
+	dst string
 	// chain matches a destination's requests: its own chain if it has
 	// one, else the messages by similarity and then the server's chain.
 	chain []Strategy
@@ -73,6 +75,9 @@ func (c *conn) serveMux(mp wire.Multiplexed) error {
 	err := m.read()
 	cancel()
 	m.matches.Wait()
+	if m.dst != "" {
+		c.dst, c.unresolved = m.dst, false
+	}
 	close(m.stop)
 	<-m.wdone
 	m.mu.Lock()
@@ -128,9 +133,6 @@ func (m *muxConn) feed(p []byte) error {
 			r = &muxReq{id: e.ID, proto: e.Proto, tid: e.Req.Owner, more: make(chan struct{}, 1), start: m.c.s.now()}
 			m.streams[e.ID] = r
 			m.c.s.metrics.requests.WithLabelValues(e.Proto).Inc()
-			if m.dst == "" {
-				m.resolve(&e)
-			}
 			m.matches.Add(1)
 			go m.answer(r)
 		}
@@ -148,22 +150,33 @@ func (m *muxConn) feed(p []byte) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("%s connection to %s: %w", m.c.proto.Name(), m.c.dst, err)
+		return fmt.Errorf("%s connection to %s: %w", m.c.proto.Name(), m.c.live, err)
 	}
 	return nil
 }
 
-// resolve decides, at the first request of a connection to a destination
-// no recording names, which recorded destination answers it; the caller
-// holds m.mu.
+// resolve decides, for a connection to a destination no recording
+// names, which recorded destination answers it, from the first request
+// whose goroutine gets there (its trace's recording may have to be
+// fetched first: the others do not wait for it).
 func (m *muxConn) resolve(e *wire.MuxEvent) {
-	c := m.c
-	c.unresolved = false
-	d := c.s.resolveByRequest(c.live, c.proto, &e.Req, e.Req.Owner)
-	if d.Recorded != "" {
-		c.dst = d.Recorded
+	m.mu.Lock()
+	done := m.dst != ""
+	m.mu.Unlock()
+	if done {
+		return
 	}
-	m.setDst(c.dst)
+	c := m.c
+	d := c.s.resolveByRequest(c.live, c.proto, &e.Req, e.Req.Owner)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dst == "" {
+		if d.Recorded != "" {
+			m.setDst(d.Recorded)
+		} else {
+			m.setDst(c.live)
+		}
+	}
 }
 
 // wake has the writer send what the Mux holds.
@@ -225,6 +238,7 @@ func (m *muxConn) answer(r *muxReq) {
 		m.mu.Lock()
 		e := r.last
 		m.mu.Unlock()
+		m.resolve(&e)
 		resp, h, reason, wait := m.find(r, ts, &e, patient)
 		if wait {
 			if patience == nil {

@@ -127,9 +127,6 @@ func (m *muxConn) feed(p []byte) error {
 	for _, e := range evs {
 		r := m.streams[e.ID]
 		if r == nil {
-			if e.Gone && !e.Ended && e.Req.Op == "" {
-				continue
-			}
 			r = &muxReq{id: e.ID, proto: e.Proto, tid: e.Req.Owner, more: make(chan struct{}, 1), start: m.c.s.now()}
 			m.streams[e.ID] = r
 			m.c.s.metrics.requests.WithLabelValues(e.Proto).Inc()
@@ -230,7 +227,10 @@ func (m *muxConn) answer(r *muxReq) {
 	s := m.c.s
 	var ts *traceState
 	if r.tid != "" {
-		ts = s.trace(m.ctx, r.tid) // may fetch the recording: this request waits, no other
+		// may fetch the recording: this request waits, no other; with the
+		// server's context, as the fetch may be shared with other
+		// connections' requests, which this one's end must not cancel
+		ts = s.trace(m.c.ctx, r.tid)
 	}
 	var patience *time.Timer
 	patient := true

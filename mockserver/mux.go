@@ -52,7 +52,6 @@ type muxReq struct {
 	last  wire.MuxEvent // the latest report of the request
 	raw   []byte        // its latest recorded form
 	more  chan struct{} // the request changed while its answer was sought
-	start time.Duration // when it opened, on the server's clock
 
 	decided  bool // answered or missing
 	over     bool // ended or gone
@@ -127,7 +126,7 @@ func (m *muxConn) feed(p []byte) error {
 	for _, e := range evs {
 		r := m.streams[e.ID]
 		if r == nil {
-			r = &muxReq{id: e.ID, proto: e.Proto, tid: e.Req.Owner, more: make(chan struct{}, 1), start: m.c.s.now()}
+			r = &muxReq{id: e.ID, proto: e.Proto, tid: e.Req.Owner, more: make(chan struct{}, 1)}
 			m.streams[e.ID] = r
 			m.c.s.metrics.requests.WithLabelValues(e.Proto).Inc()
 			m.matches.Add(1)
@@ -239,7 +238,9 @@ func (m *muxConn) answer(r *muxReq) {
 		e := r.last
 		m.mu.Unlock()
 		m.resolve(&e)
+		t0 := s.now()
 		resp, h, reason, wait := m.find(r, ts, &e, patient)
+		took := s.now() - t0 // the answer's time, waits and holds left out
 		if wait {
 			if patience == nil {
 				patience = time.NewTimer(muxPatience)
@@ -258,6 +259,7 @@ func (m *muxConn) answer(r *muxReq) {
 		if reason == "" {
 			s.await(m.ctx, h, m.dst)
 		}
+		t1 := s.now()
 		m.mu.Lock()
 		r.ts = ts
 		if reason == "" {
@@ -270,7 +272,7 @@ func (m *muxConn) answer(r *muxReq) {
 		} else {
 			s.metrics.matches.WithLabelValues(r.oc.Strategy).Inc()
 		}
-		d := s.now() - r.start
+		d := took + s.now() - t1
 		s.metrics.latency.Observe(d.Seconds())
 		s.metrics.answers.record(d)
 		r.decided = true
@@ -301,14 +303,17 @@ func (m *muxConn) find(r *muxReq, ts *traceState, e *wire.MuxEvent, patient bool
 	}
 	req := &e.Req
 	if ts == nil {
-		if real, ok := s.cfg.untraced(m.c.live); ok {
-			return nil, h, fmt.Sprintf("untraced %s request to %s cannot be proxied to %s: a multiplexed connection is not proxied request by request", r.proto, m.dst, real), false
-		}
+		// start-up and background traffic (a health check): answered
+		// from the background recordings by similarity; never proxied
 		if a, ok := s.idx.answerBackground(m.dst, req); ok {
 			oc.Matched, oc.Strategy, oc.Score = a.seq, "background", 1
 			return a.resp, h, "", false
 		}
-		return nil, h, fmt.Sprintf("untraced request (no %s) to %s: no start-up or background recording of the destination answers %s", "retrace-trace-id", m.dst, req.Op), false
+		reason = fmt.Sprintf("untraced %s request (no in-band trace) to %s: no start-up or background recording of the destination answers %s", r.proto, m.dst, req.Op)
+		if real, ok := s.cfg.untraced(m.c.live); ok {
+			reason += fmt.Sprintf(", and it cannot be proxied to %s: a multiplexed connection is not proxied request by request", real)
+		}
+		return nil, h, reason, false
 	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()

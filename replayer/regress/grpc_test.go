@@ -93,7 +93,7 @@ func TestReplayGRPCSessions(t *testing.T) {
 		c = replayGRPC(t, regress.Config{Source: regress.Sessions(sessions), Target: target, Concurrency: 8, Schema: testSchema(t)})
 		assertOnly(t, c, "-unary", "message[0].username")
 		f := findings(c, "t03-unary")
-		if len(f) != 1 || f[0].Want != `"retrace"` || f[0].Got != `"someone else"` {
+		if len(f) != 1 || f[0].Want != "retrace" || f[0].Got != "someone else" {
 			t.Errorf("finding %+v", f)
 		}
 	})

@@ -127,6 +127,26 @@ func TestReplayGRPCSessions(t *testing.T) {
 		}
 	})
 
+	t.Run("noise detected on message fields", func(t *testing.T) {
+		cfg := regress.Config{Source: regress.Sessions(sessions), Target: replaytest.ServeGRPC(t, &replaytest.ChangedGRPC{Noisy: true}), Concurrency: 8, Schema: testSchema(t)}
+		n, err := regress.DetectNoise(context.Background(), cfg, regress.NoiseConfig{PerAPI: 2, Runs: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(n.Rules) != 1 || n.Rules[0].API != "POST /grpc.testing.TestService/UnaryCall" || n.Rules[0].Ignore != "message[0].server_id" {
+			t.Fatalf("noise rules %+v", n.Rules)
+		}
+		if c := replayGRPC(t, cfg); len(c.byStatus(regress.Failed)) != grpcTraces {
+			t.Fatalf("without the noise rules %d failed", len(c.byStatus(regress.Failed)))
+		}
+		if cfg.Rules, err = diff.NewRules(n.Rules...); err != nil {
+			t.Fatal(err)
+		}
+		if c := replayGRPC(t, cfg); len(c.byStatus(regress.Passed)) != len(sessions) {
+			t.Fatalf("with the noise rules: failed %v", c.byStatus(regress.Failed))
+		}
+	})
+
 	t.Run("undecodable session is an error", func(t *testing.T) {
 		bad := *sessions[0]
 		m, pace, err := http2.ParseMessage(bad.Inbound.Response)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -166,6 +167,10 @@ type ChangedGRPC struct {
 	Username string
 	Code     codes.Code
 	SizeAdd  int32
+	// Noisy: UnaryCall answers a server id that is new on every call
+	// (what noise detection is for).
+	Noisy bool
+	n     atomic.Int64
 }
 
 func (s *ChangedGRPC) UnaryCall(ctx context.Context, in *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
@@ -175,6 +180,9 @@ func (s *ChangedGRPC) UnaryCall(ctx context.Context, in *testpb.SimpleRequest) (
 	r, err := s.Service.UnaryCall(ctx, in)
 	if r != nil && s.Username != "" {
 		r.Username = s.Username
+	}
+	if r != nil && s.Noisy {
+		r.ServerId = fmt.Sprintf("srv-%d", s.n.Add(1))
 	}
 	return r, err
 }

@@ -163,14 +163,11 @@ func TestReplayGRPCSessions(t *testing.T) {
 	})
 
 	t.Run("descriptor set file and reflection name fields", func(t *testing.T) {
-		set := &descriptorpb.FileDescriptorSet{}
-		for _, fd := range []*descriptorpb.FileDescriptorProto{
+		set := &descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{
 			protodesc.ToFileDescriptorProto(testpb.File_grpc_testing_empty_proto),
 			protodesc.ToFileDescriptorProto(testpb.File_grpc_testing_messages_proto),
 			protodesc.ToFileDescriptorProto(testpb.File_grpc_testing_test_proto),
-		} {
-			set.File = append(set.File, fd)
-		}
+		}}
 		b, err := proto.Marshal(set)
 		if err != nil {
 			t.Fatal(err)

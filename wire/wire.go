@@ -274,6 +274,21 @@ type Request struct {
 	Prepare bool
 }
 
+// Comparer is implemented by a protocol whose client messages the
+// downstream diff compares in a form of their own rather than Decode's:
+// the same paths, but two spellings of one request made alike (SQL white
+// space), what belongs to the connection left out (statement ids and
+// names), messages that carry nothing to compare (a statement close)
+// dropped, bodies without their transfer and content codings. Protocols
+// without it are compared by Decode's fields.
+type Comparer interface {
+	// CompareForm returns the fields the diff compares of a client
+	// message (or burst of whole messages), false when msg does not parse.
+	// A form without fields carries nothing to compare: a recorded call
+	// like that which a replay never made is no difference.
+	CompareForm(msg []byte) (Decoded, bool)
+}
+
 // Decoded is a human-readable form of a message.
 type Decoded struct {
 	// Text is one line (or a few) a person reads: "SET cart:7 3",

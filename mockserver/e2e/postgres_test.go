@@ -481,7 +481,9 @@ func TestPostgresRecordAndReplay(t *testing.T) {
 	}
 }
 
-func pgRecordAndReplay(t *testing.T, cl pgClient, realURL string) {
+// pgRecordAndReplay records and replays cl's work against the database
+// of realURL and returns the recording's directory.
+func pgRecordAndReplay(t *testing.T, cl pgClient, realURL string) string {
 	ctx := context.Background()
 	table := pgScratch(t, realURL)
 	nonce := trace.NewID()[:8]
@@ -662,6 +664,7 @@ func pgRecordAndReplay(t *testing.T, cl pgClient, realURL string) {
 			t.Errorf("trace %d: %d PostgreSQL calls matched from its recording", i, matched)
 		}
 	}
+	return dir
 }
 
 // pgURL is a PostgreSQL URL whose host can be replaced.
@@ -716,4 +719,76 @@ func TestPostgresBootsWithoutRecordings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPostgresTLSRecordAndReplay records a service whose PostgreSQL user
+// must connect over TLS (sslmode=require, and verify-full against the
+// test CA), for pgx, lib/pq and pgx's stdlib, 128 concurrent traces: the
+// recording holds the queries in plaintext marked "tls", the SSLRequest
+// answered 'S'; replayed with PostgreSQL stopped, the mock answers the
+// SSLRequest 'S' as the recording did, the agent completes each
+// client's TLS handshake without TLS (no certificate at the mock, none
+// verified) and every request gets exactly its own answers.
+func TestPostgresTLSRecordAndReplay(t *testing.T) {
+	base, ca := testenv.PostgresTLSURL(t)
+	modes := []struct{ name, query string }{
+		{"require", "?sslmode=require"},
+		{"verify_full", "?sslmode=verify-full&sslrootcert=" + ca},
+	}
+	for _, m := range modes {
+		for _, cl := range []pgClient{pgClients[0], pgClients[4], pgClients[5], pgClients[6], pgClients[7]} {
+			t.Run(m.name+"/"+cl.name, func(t *testing.T) {
+				dir := pgRecordAndReplay(t, cl, base+m.query)
+				pgCheckTLSRecording(t, dir)
+			})
+		}
+	}
+}
+
+// pgCheckTLSRecording checks that every PostgreSQL connection of the
+// recording in dir started with an SSLRequest answered 'S' and that the
+// calls after it are marked TLS, in plaintext.
+func pgCheckTLSRecording(t *testing.T, dir string) {
+	t.Helper()
+	ctx := context.Background()
+	rd, err := recording.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	ssl, plain, tlsCalls, queries := 0, 0, 0, 0
+	err = rd.Scan(ctx, func(s *recording.Session) error {
+		for _, c := range s.Calls {
+			if c.Proto != "postgres" {
+				continue
+			}
+			m, n, err := postgres.Next(c.Request, true, true, 0)
+			switch {
+			case err == nil && n > 0 && m.Type == 0 && m.Code == postgres.SSLRequestCode:
+				if string(c.Response) != "S" {
+					t.Errorf("session %s call %d: SSLRequest answered %q, want S", s.ID, c.Seq, c.Response)
+				}
+				if c.TLS.On {
+					t.Errorf("session %s call %d: the SSLRequest, sent before TLS, is marked tls", s.ID, c.Seq)
+				}
+				ssl++
+			case c.TLS.On:
+				tlsCalls++
+				if !c.Setup {
+					queries++
+				}
+			default:
+				plain++
+				t.Errorf("session %s call %d: not marked tls: %s", s.ID, c.Seq, summarizeCall(c.Request))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ssl == 0 || queries < traces || plain > 0 {
+		t.Fatalf("recording: %d SSLRequests, %d calls over TLS (%d queries), %d plaintext calls", ssl, tlsCalls, queries, plain)
+	}
+	t.Logf("recording: %d SSLRequests, %d calls over TLS (%d queries)", ssl, tlsCalls, queries)
 }

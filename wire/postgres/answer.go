@@ -10,7 +10,9 @@ import (
 )
 
 // answerer is the mock server's state for one live PostgreSQL connection
-// (wire.Answerer). It answers the start-up itself — no encryption ('N'),
+// (wire.Answerer). It answers the start-up itself — TLS ('S') to an
+// SSLRequest as the recorded server did (book.SSLAnswer; the agent then
+// completes the client's handshake without TLS), no GSSAPI encryption ('N'),
 // AuthenticationOk whatever the client's credentials, the recorded
 // server's ParameterStatus, a BackendKeyData of its own, ReadyForQuery.
 // Every other unit is matched against the trace's recording by its SQL,
@@ -138,8 +140,13 @@ func (a *answerer) Synth(r *wire.Request) []byte {
 		return a.Reply(r, a.prepared)
 	case r.Op == "SYNC":
 		return a.ready(nil)
-	case first.Type == 0 && (first.Code == SSLRequestCode || first.Code == GSSENCRequestCode):
-		return []byte{'N'}
+	case first.Type == 0 && first.Code == SSLRequestCode:
+		if b, ok := a.env.Book.(*book); ok {
+			return []byte{b.SSLAnswer()}
+		}
+		return []byte{'S'}
+	case first.Type == 0 && first.Code == GSSENCRequestCode:
+		return []byte{'N'} // no GSSAPI: the client goes on in plaintext or tries TLS
 	case first.Type == 0 && first.Code == CancelRequestCode, first.Type == Terminate:
 		return nil
 	case first.IsStartup():

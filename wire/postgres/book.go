@@ -22,6 +22,9 @@ type book struct {
 	descr   map[string]answer   // SQL → the answer to Describe of the statement
 	onConn  map[connName]string // statement name on a recorded connection → SQL
 	anyConn map[string]string   // statement name → SQL, the first recorded
+	// sslYes and sslNo count the recorded SSLRequests the server answered
+	// 'S' (TLS follows) and 'N'
+	sslYes, sslNo int
 }
 
 // answer is a recorded answer and the Seq of its call.
@@ -48,6 +51,15 @@ func (b *book) Learn(c wire.Call) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(c.Request) > 0 && (c.Request[0] == 0 || c.Request[0] == Password) {
+		if m, n, err := Next(c.Request, true, true, 0); err == nil && n > 0 && m.Type == 0 && m.Code == SSLRequestCode {
+			switch {
+			case len(c.Response) > 0 && c.Response[0] == 'S':
+				b.sslYes++
+			case len(c.Response) > 0 && c.Response[0] == 'N':
+				b.sslNo++
+			}
+			return
+		}
 		if b.params == nil {
 			b.params = paramStatuses(c.Response)
 		}
@@ -157,6 +169,21 @@ func (b *book) Fallback(r *wire.Request) ([]byte, int, bool) {
 		return true
 	})
 	return out, seq, ok
+}
+
+// SSLAnswer is the mock's answer to an SSLRequest: 'S' when the recorded
+// server accepted some connection's (the agent in replay mode completes
+// the client's TLS handshake without TLS, and the connection goes on in
+// plaintext), 'N' when it refused every one, and 'S' when no recording
+// shows one: a client asks because it wants TLS (sslmode=require, lib/pq's
+// default, fails on 'N'; prefer, pgx's default, takes either).
+func (b *book) SSLAnswer() byte {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.sslYes == 0 && b.sslNo > 0 {
+		return 'N'
+	}
+	return 'S'
 }
 
 // stmtOn resolves a statement name on a recorded connection.

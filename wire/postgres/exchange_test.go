@@ -162,7 +162,8 @@ func TestAnswererStartup(t *testing.T) {
 		&pgproto3.ParameterStatus{Name: "server_version", Value: "15.8"}, &pgproto3.BackendKeyData{ProcessID: 7, SecretKey: []byte{0, 0, 0, 9}},
 		&pgproto3.ReadyForQuery{TxStatus: 'I'})})
 	a := p.NewAnswerer(wire.Env{Book: b, ConnID: 3})
-	if r, out := answer(t, a, b, request(postgres.SSLRequestCode), nil); string(out) != "N" || !r.Setup {
+	// no recorded SSLRequest: a client that asks wants TLS
+	if r, out := answer(t, a, b, request(postgres.SSLRequestCode), nil); string(out) != "S" || !r.Setup {
 		t.Fatalf("SSLRequest answered %q (%+v)", out, r)
 	}
 	r, out := answer(t, a, b, startup("user", "u", "database", "d"), nil)
@@ -174,6 +175,35 @@ func TestAnswererStartup(t *testing.T) {
 	}
 	if r, out := answer(t, a, b, msg('Q', "-- ping\x00"), nil); types(t, out) != "IZ" || !r.Setup {
 		t.Errorf("ping answered %q", out)
+	}
+}
+
+// TestAnswererSSLAsRecorded: an SSLRequest is answered as the recorded
+// server answered the destination's: 'S' if it accepted any, 'N' if it
+// refused them all; a GSSENCRequest always 'N'.
+func TestAnswererSSLAsRecorded(t *testing.T) {
+	p := postgres.Protocol
+	for _, c := range []struct {
+		recorded string
+		want     string
+	}{{"", "S"}, {"N", "N"}, {"NN", "N"}, {"S", "S"}, {"NS", "S"}} {
+		b := p.NewBook()
+		for _, ans := range c.recorded {
+			b.Learn(wire.Call{Request: request(postgres.SSLRequestCode), Response: []byte{byte(ans)}, Setup: true})
+		}
+		a := p.NewAnswerer(wire.Env{Book: b, ConnID: 1})
+		if _, out := answer(t, a, b, request(postgres.SSLRequestCode), nil); string(out) != c.want {
+			t.Errorf("recorded %q: SSLRequest answered %q, want %q", c.recorded, out, c.want)
+		}
+		a = p.NewAnswerer(wire.Env{Book: b, ConnID: 2})
+		if _, out := answer(t, a, b, request(postgres.GSSENCRequestCode), nil); string(out) != "N" {
+			t.Errorf("recorded %q: GSSENCRequest answered %q, want N", c.recorded, out)
+		}
+		// the recorded SSLRequest did not take the place of the start-up's
+		// parameters
+		if _, out := answer(t, a, b, startup("user", "u"), nil); !bytes.Contains(out, []byte("retrace mock")) {
+			t.Errorf("recorded %q: start-up does not report the default parameters: %q", c.recorded, out)
+		}
 	}
 }
 

@@ -115,11 +115,18 @@ func (b *book) Greeting(uint32) []byte { return nil }
 // and RowDescription for each Describe, CloseComplete, ReadyForQuery for
 // Sync (its status is the live connection's: the Answerer's Reply sets
 // it) — and a StartupMessage with the recorded server's ParameterStatus
-// messages (r.Op "STARTUP"). It answers false when a statement is one no
+// messages (r.Op "STARTUP"), and an SSLRequest as the recorded server
+// answered the destination's (r.Op "SSL", see sslAnswer). It answers false when a statement is one no
 // recording described.
 func (b *book) Fallback(r *wire.Request) ([]byte, int, bool) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
+	if r.Op == "SSL" {
+		if b.sslYes+b.sslNo == 0 {
+			return nil, 0, false
+		}
+		return []byte{b.sslAnswer()}, 0, true
+	}
 	if r.Op == "STARTUP" {
 		var out []byte
 		for _, p := range b.params {
@@ -171,16 +178,11 @@ func (b *book) Fallback(r *wire.Request) ([]byte, int, bool) {
 	return out, seq, ok
 }
 
-// SSLAnswer is the mock's answer to an SSLRequest: 'S' when the recorded
-// server accepted some connection's (the agent in replay mode completes
-// the client's TLS handshake without TLS, and the connection goes on in
-// plaintext), 'N' when it refused every one, and 'S' when no recording
-// shows one: a client asks because it wants TLS (sslmode=require, lib/pq's
-// default, fails on 'N'; prefer, pgx's default, takes either).
-func (b *book) SSLAnswer() byte {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if b.sslYes == 0 && b.sslNo > 0 {
+// sslAnswer is the recorded server's answer to SSLRequests: 'S' when it
+// accepted some connection's, 'N' when it refused every one; the caller
+// holds b.mu and has seen one.
+func (b *book) sslAnswer() byte {
+	if b.sslYes == 0 {
 		return 'N'
 	}
 	return 'S'

@@ -420,3 +420,53 @@ func TestTapFollowsAnswers(t *testing.T) {
 		t.Fatal("an answer beyond those owed attributed")
 	}
 }
+
+// TestAnswererHoldsCancelledAnswer: a recorded answer that is
+// query_canceled waits for a CancelRequest with the backend key the
+// answerer gave its connection (what precedes the error goes at once); a
+// cancel with the wrong secret, or of another connection, releases
+// nothing; an answer that is not query_canceled does not wait.
+func TestAnswererHoldsCancelledAnswer(t *testing.T) {
+	p := postgres.Protocol
+	b := p.NewBook()
+	a := p.NewAnswerer(wire.Env{Book: b, ConnID: 4242})
+	_, out := answer(t, a, b, startup("user", "u"), nil)
+	var key pgproto3.BackendKeyData
+	postgres.Messages(out, false, false, func(m postgres.Message) bool {
+		if m.Type == 'K' {
+			key.Decode(m.Body)
+		}
+		return true
+	})
+	head := enc(&pgproto3.BindComplete{}, &pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("x"), DataTypeOID: 25}}})
+	cancelled := append(append([]byte(nil), head...), enc(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "57014", Message: "canceling statement due to user request"}, &pgproto3.ReadyForQuery{TxStatus: 'I'})...)
+	c := a.(wire.Canceller)
+	answer(t, a, b, execCall("", 1, "").Request, enc(&pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'}))
+	if _, _, _, ok := c.AwaitCancel(); ok {
+		t.Fatal("an answer that is not query_canceled waits for a cancel")
+	}
+	answer(t, a, b, execCall("", 1, "").Request, cancelled)
+	ch, n, done, ok := c.AwaitCancel()
+	if !ok || n != len(head) {
+		t.Fatalf("query_canceled answer: wait %v, head %d bytes, want %d", ok, n, len(head))
+	}
+	defer done()
+	cancelReq := func(pid uint32, secret []byte) []byte {
+		body := binary.BigEndian.AppendUint32(nil, pid)
+		return request(postgres.CancelRequestCode, append(body, secret...)...)
+	}
+	other := p.NewAnswerer(wire.Env{Book: b, ConnID: 4243})
+	answer(t, other, b, cancelReq(key.ProcessID, []byte{1, 2, 3, 4}), nil)
+	answer(t, p.NewAnswerer(wire.Env{Book: b, ConnID: 4244}), b, cancelReq(key.ProcessID+1, key.SecretKey), nil)
+	select {
+	case <-ch:
+		t.Fatal("released by a cancel with another backend key")
+	default:
+	}
+	answer(t, p.NewAnswerer(wire.Env{Book: b, ConnID: 4245}), b, cancelReq(key.ProcessID, key.SecretKey), nil)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("the cancel with the connection's backend key did not release its answer")
+	}
+}

@@ -96,11 +96,11 @@ func (a *answerer) Next(buf []byte) (wire.Request, int, []byte, error) {
 
 // Reply returns the recorded answer as it is (answers name no statement
 // or portal), noting the transaction status it leaves; the answer to a
-// unit of prepares (from any recording) gets the connection's own
-// transaction status instead of the recorded one.
+// unit of prepares or to session settings (from any recording) gets the
+// connection's own transaction status instead of the recorded one.
 func (a *answerer) Reply(r *wire.Request, resp []byte) []byte {
 	a.canceled = false
-	if !r.Prepare {
+	if !r.Prepare && !a.sessionSet(r) {
 		a.note(resp)
 		return resp
 	}
@@ -125,6 +125,12 @@ func (a *answerer) Reply(r *wire.Request, resp []byte) []byte {
 		a.skip = true // the unit ended with Flush: the next Sync ends the error
 	}
 	return out
+}
+
+// sessionSet reports whether r, the unit Next returned last, is a simple
+// query of session settings (IsSessionSet).
+func (a *answerer) sessionSet(r *wire.Request) bool {
+	return r.Setup && !r.Local && len(a.scratch) == 1 && a.scratch[0].Type == Query
 }
 
 func (a *answerer) note(resp []byte) {
@@ -188,6 +194,10 @@ func (a *answerer) Synth(r *wire.Request) []byte {
 	case first.Type == Password:
 		// never asked for: the start-up was answered AuthenticationOk
 		return a.errorThenReady("08P01", "retrace: unexpected password message")
+	case a.sessionSet(r):
+		// no recording of the destination sent these settings: whether
+		// the server takes them is not known
+		return a.errorThenReady("XX000", "retrace: no recording of this destination answers the session settings "+clip(r.Key))
 	case first.Type == Query:
 		return a.ready(encode(nil, &pgproto3.EmptyQueryResponse{}))
 	}
@@ -257,6 +267,13 @@ func (a *answerer) errorThenReady(code, msg string) []byte {
 // statements, its transaction), so they are never proxied one by one.
 func (a *answerer) AnswerLen(*wire.Request, []byte) (int, error) {
 	return 0, errors.New("postgres: requests cannot be proxied one by one (pass the destination through instead)")
+}
+
+func clip(s string) string {
+	if len(s) > 120 {
+		return s[:120] + "…"
+	}
+	return s
 }
 
 func errorResponse(code, msg string) []byte {

@@ -470,3 +470,32 @@ func TestAnswererHoldsCancelledAnswer(t *testing.T) {
 		t.Fatal("the cancel with the connection's backend key did not release its answer")
 	}
 }
+
+// TestCancelBeforeTheAnswer: a cancel that reaches the mock server before
+// it got to the query (a busy mock) releases that query's answer at once.
+func TestCancelBeforeTheAnswer(t *testing.T) {
+	p := postgres.Protocol
+	b := p.NewBook()
+	a := p.NewAnswerer(wire.Env{Book: b, ConnID: 5151})
+	_, out := answer(t, a, b, startup("user", "u"), nil)
+	var key pgproto3.BackendKeyData
+	postgres.Messages(out, false, false, func(m postgres.Message) bool {
+		if m.Type == 'K' {
+			key.Decode(m.Body)
+		}
+		return true
+	})
+	body := append(binary.BigEndian.AppendUint32(nil, key.ProcessID), key.SecretKey...)
+	answer(t, p.NewAnswerer(wire.Env{Book: b, ConnID: 5152}), b, request(postgres.CancelRequestCode, body...), nil)
+	answer(t, a, b, execCall("", 1, "").Request, enc(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "57014"}, &pgproto3.ReadyForQuery{TxStatus: 'I'}))
+	ch, n, done, ok := a.(wire.Canceller).AwaitCancel()
+	if !ok || n != 0 {
+		t.Fatalf("query_canceled answer: wait %v, head %d", ok, n)
+	}
+	defer done()
+	select {
+	case <-ch:
+	default:
+		t.Fatal("the cancel that came first did not release the answer")
+	}
+}

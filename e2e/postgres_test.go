@@ -182,11 +182,11 @@ func TestLedgerOnPostgres(t *testing.T) {
 	recDir := filepath.Join(dir, "recordings")
 
 	base, stop := startLedger(t, bin, filepath.Join(dir, "record.log"), []string{"-init"},
-		"LEDGER_POSTGRES_URL="+url, "RETRACE_MODE=record", "RETRACE_RECORD="+recDir, "RETRACE_APP=ledger",
-		// pgx's pool draws from math/rand when a request's goroutine opens
-		// a connection, which replay does in other requests: not the
-		// service's randomness
-		"RETRACE_RANDOM=off")
+		// RETRACE_RANDOM is the default, math: pgx's pool draws from
+		// math/rand when a request's goroutine opens a connection, which
+		// replay does in other requests, but those are a dependency's draws,
+		// left real (not the service's randomness)
+		"LEDGER_POSTGRES_URL="+url, "RETRACE_MODE=record", "RETRACE_RECORD="+recDir, "RETRACE_APP=ledger")
 	ledgerTraffic(t, base, ledgerRequests, 16)
 	// the recorder's writer flushes on its own, at least once a second
 	waitSessions(t, recDir, ledgerRequests, 10*time.Second)
@@ -223,7 +223,7 @@ func TestLedgerOnPostgres(t *testing.T) {
 	mock := startMock(t, sessions)
 	replay := func(name string, env ...string) (regress.Config, func()) {
 		u, stop := startLedger(t, bin, filepath.Join(dir, name+".log"), nil,
-			append([]string{"LEDGER_POSTGRES_URL=" + url, "RETRACE_MODE=replay", "RETRACE_MOCK_ADDR=" + mock.Addr(), "RETRACE_RANDOM=off"}, env...)...)
+			append([]string{"LEDGER_POSTGRES_URL=" + url, "RETRACE_MODE=replay", "RETRACE_MOCK_ADDR=" + mock.Addr()}, env...)...)
 		return regress.Config{Source: regress.Sessions(sessions), MockAdmin: mock.AdminURL(), Concurrency: replayWorkers, Target: u}, stop
 	}
 	cfg, stopReplay := replay("replay")

@@ -44,6 +44,7 @@ type engine struct {
 	mathPatched, cryptoPatched bool // the sources of RETRACE_RANDOM that are patched
 	randomRec                  RandomRecorder
 	div                        divergenceReporter
+	tlsFacts                   tlsFactsClient // replay: recorded TLS states (tlsfacts.go)
 
 	conns    connTable
 	connects pendingConnects
@@ -61,6 +62,7 @@ func newEngine(cfg *resolvedConfig, l *netLayout) *engine {
 	e := &engine{cfg: cfg, l: l, log: log, random: cfg.Random}
 	e.randomRec, _ = cfg.Recorder.(RandomRecorder)
 	e.div.addr = cfg.mock.String()
+	e.tlsFacts.addr = e.div.addr
 	if denseIndex {
 		e.conns.tag = l.tag
 	}
@@ -598,4 +600,5 @@ func (e *engine) shutdown() {
 		return true
 	})
 	e.div.close()
+	e.tlsFacts.close()
 }

@@ -118,7 +118,7 @@ func TestTLSInfoReported(t *testing.T) {
 		mine++
 		require.NotNil(t, w.tls, "outbound bytes reported without TLS: %q", w.p)
 		require.Equal(t, hook.TLSInfo{ServerName: "localhost", ALPN: "http/1.1", Version: tls.VersionTLS13,
-			CipherSuite: w.tls.CipherSuite, PeerCerts: 2}, *w.tls, "the server presents its certificate and the CA")
+			CipherSuite: w.tls.CipherSuite, Curve: tls.X25519MLKEM768, PeerCerts: 2}, *w.tls, "the server presents its certificate and the CA")
 		require.Contains(t, w.p, "GET / HTTP/1.1")
 	}
 	require.NotZero(t, mine, "no outbound plaintext reported")

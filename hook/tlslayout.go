@@ -49,7 +49,7 @@ type tlsLayout struct {
 	// Offsets into tls.Conn.
 	conn, isClient, handshakeFn, quic, hsComplete, hsMutex, hsErr, vers, haveVers, config,
 	handshakes, didResume, cipherSuite, curveID, peerCerts, serverName, closeNotifySent,
-	clientProtocol, in, out, rawInput, input, hand, activeCall uintptr
+	clientProtocol, ekm, in, out, rawInput, input, hand, activeCall uintptr
 	// Offsets into its halfConn (in, out) and quicState.
 	hcErr, hcCipher, hcSecret    uintptr
 	qCtx, qCancel, qSig, qBlock  uintptr
@@ -117,6 +117,7 @@ func findTLSLayout() (*tlsLayout, error) {
 	field(ct, &l.serverName, "serverName", kind(reflect.String))
 	field(ct, &l.closeNotifySent, "closeNotifySent", kind(reflect.Bool))
 	field(ct, &l.clientProtocol, "clientProtocol", kind(reflect.String))
+	field(ct, &l.ekm, "ekm", is(reflect.TypeFor[func(string, []byte, int) ([]byte, error)]()))
 	field(ct, &l.rawInput, "rawInput", is(reflect.TypeFor[bytes.Buffer]()))
 	field(ct, &l.input, "input", is(reflect.TypeFor[bytes.Reader]()))
 	field(ct, &l.hand, "hand", is(reflect.TypeFor[bytes.Buffer]()))

@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"crypto/tls"
 	"sync"
 
 	"github.com/retrace-dev/retrace/hook"
@@ -175,6 +176,13 @@ func tlsOf(t *hook.TLSInfo) recording.TLS {
 		return recording.TLS{}
 	}
 	r := recording.TLS{On: true, ServerName: t.ServerName, ALPN: t.ALPN}
+	if t.Version != 0 {
+		r.Version = tls.VersionName(t.Version)
+		r.CipherSuite = tls.CipherSuiteName(t.CipherSuite)
+	}
+	if t.Curve != 0 {
+		r.Curve = t.Curve.String()
+	}
 	if t.ALPN == "h2" {
 		r.Note = h2Note
 	}

@@ -241,7 +241,8 @@ func sniName(name string) string {
 }
 
 func versionByName(s string) (uint16, bool) {
-	for _, v := range []uint16{tls.VersionTLS13, tls.VersionTLS12, tls.VersionTLS11, tls.VersionTLS10} {
+	// (0x0300 is SSL 3.0, whose constant is deprecated)
+	for _, v := range []uint16{tls.VersionTLS13, tls.VersionTLS12, tls.VersionTLS11, tls.VersionTLS10, 0x0300} {
 		if tls.VersionName(v) == s {
 			return v, true
 		}

@@ -15,7 +15,7 @@ import (
 func tlsCall(dst, host, sni, alpn, vers, suite string) recording.Call {
 	return recording.Call{Proto: "http", Dst: dst, Host: host, Request: []byte("GET / HTTP/1.1\r\n\r\n"),
 		Response: []byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"),
-		TLS: recording.TLS{On: true, ServerName: sni, ALPN: alpn, Version: vers, CipherSuite: suite, Curve: "X25519"}}
+		TLS:      recording.TLS{On: true, ServerName: sni, ALPN: alpn, Version: vers, CipherSuite: suite, Curve: "X25519"}}
 }
 
 func tlsServer(t *testing.T, cfg Config) *Server {

@@ -47,6 +47,7 @@ type tlsFactsClient struct {
 	cmu     sync.Mutex
 	kept    map[string]keptFacts
 	pauseTo time.Time // no question before this (after a failure)
+	lastErr error     // that failure
 }
 
 type keptFacts struct {
@@ -65,7 +66,7 @@ func (r *tlsFactsClient) facts(now time.Time, tid string, q *trace.TLSQuery) (tr
 	}
 	if now.Before(r.pauseTo) {
 		r.cmu.Unlock()
-		return trace.TLSAnswer{}, errors.New("the mock server could not be asked a moment ago")
+		return trace.TLSAnswer{}, fmt.Errorf("not asked again for %s after: %w", tlsFactsPause, r.lastErr)
 	}
 	r.cmu.Unlock()
 
@@ -73,7 +74,7 @@ func (r *tlsFactsClient) facts(now time.Time, tid string, q *trace.TLSQuery) (tr
 	r.cmu.Lock()
 	defer r.cmu.Unlock()
 	if err != nil {
-		r.pauseTo = now.Add(tlsFactsPause)
+		r.pauseTo, r.lastErr = now.Add(tlsFactsPause), err
 		return a, err
 	}
 	if r.kept == nil || len(r.kept) >= maxTLSFactsKept {

@@ -214,7 +214,10 @@ func tlsConnWrite(c *tls.Conn, b []byte) (int, error) {
 
 func tlsHandshakeContext(c *tls.Conn, ctx context.Context) error {
 	l := tlsLayoutP.Load()
-	if e := active.Load(); e != nil && c != nil && !l.complete(unsafe.Pointer(c)).Load() {
+	if c != nil && l.complete(unsafe.Pointer(c)).Load() {
+		return nil // as handshakeContext, without plainHandshake's deferreturn
+	}
+	if e := active.Load(); e != nil && c != nil {
 		st, bypass := e.tlsConnState(c)
 		if bypass != nil {
 			return e.fakeHandshake(l, c, bypass)

@@ -233,15 +233,20 @@ func (e *permanentError) Unwrap() error   { return e.err }
 func (e *permanentError) Timeout() bool   { return e.err.Timeout() }
 func (e *permanentError) Temporary() bool { return false }
 
-// plainRead is (*tls.Conn).Read.
+// plainRead is (*tls.Conn).Read. (Its Handshake call, and Write's, is
+// made only while the handshake is not complete: Handshake returns at once
+// then, but through handshakeContext's double and plainHandshake, whose
+// defers cost a deferreturn even on that early return.)
 func (l *tlsLayout) plainRead(tc *tls.Conn, b []byte) (int, error) {
-	if err := tc.Handshake(); err != nil {
-		return 0, err
+	c := unsafe.Pointer(tc)
+	if !l.complete(c).Load() {
+		if err := tc.Handshake(); err != nil {
+			return 0, err
+		}
 	}
 	if len(b) == 0 {
 		return 0, nil
 	}
-	c := unsafe.Pointer(tc)
 	in := l.inMu(c)
 	in.Lock()
 	defer in.Unlock()
@@ -283,8 +288,10 @@ func (l *tlsLayout) plainWrite(tc *tls.Conn, b []byte) (int, error) {
 		}
 	}
 	defer active.Add(-2)
-	if err := tc.Handshake(); err != nil {
-		return 0, err
+	if !l.complete(c).Load() {
+		if err := tc.Handshake(); err != nil {
+			return 0, err
+		}
 	}
 	out := l.outHC(c)
 	mu := (*sync.Mutex)(out)

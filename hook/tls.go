@@ -190,6 +190,9 @@ func tlsConnRead(c *tls.Conn, b []byte) (int, error) {
 	if e := active.Load(); e != nil && c != nil {
 		st, bypass := e.tlsConnState(c)
 		if bypass != nil {
+			if err := e.bypassHandshake(c, bypass); err != nil {
+				return 0, err
+			}
 			return c.NetConn().Read(b)
 		}
 		if st != nil && !st.broken.Load() {
@@ -203,6 +206,9 @@ func tlsConnWrite(c *tls.Conn, b []byte) (int, error) {
 	if e := active.Load(); e != nil && c != nil {
 		st, bypass := e.tlsConnState(c)
 		if bypass != nil {
+			if err := e.bypassHandshake(c, bypass); err != nil {
+				return 0, err
+			}
 			return c.NetConn().Write(b)
 		}
 		if st != nil && !st.broken.Load() {
@@ -230,6 +236,17 @@ func tlsHandshakeContext(c *tls.Conn, ctx context.Context) error {
 }
 
 func runHandshake(fn func(context.Context) error, ctx context.Context) error { return fn(ctx) }
+
+// bypassHandshake completes the handshake of a bypassed connection (see
+// fakeHandshake) on its first Read or Write, as crypto/tls's Read and
+// Write do, for a client that never calls Handshake itself.
+func (e *engine) bypassHandshake(c *tls.Conn, ust *connState) error {
+	l := tlsLayoutP.Load()
+	if l.complete(unsafe.Pointer(c)).Load() {
+		return nil
+	}
+	return e.fakeHandshake(l, c, ust)
+}
 
 // handshaken records what the handshake of st's connection negotiated.
 // Called with the connection's handshake lock held.

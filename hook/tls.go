@@ -27,8 +27,9 @@ import (
 // that upgrades mid-stream (MySQL's SSL request) goes on where it was.
 //
 // In replay mode a TLS client connection over a redirected connection
-// does no TLS at all: its handshake succeeds at once with a plausible
-// state (fakeHandshake), and its Read and Write are those of the
+// does no TLS at all: its handshake succeeds at once with the state the
+// recordings give the destination, which the mock server tells
+// (fakeHandshake, tlsfacts.go), and its Read and Write are those of the
 // underlying connection, whose hooks frame the plaintext for the mock.
 
 // TLSInfo describes the TLS of a connection to a Recorder: what its

@@ -181,8 +181,9 @@ func (e *engine) initStreams(st *connState) {
 	}
 }
 
-// tlsStatePanic makes tlsConnState panic (tests of failing open).
-var tlsStatePanic atomic.Bool
+// tlsStatePanic makes tlsConnState panic, tlsFactsPanic replayTLSState
+// (tests of failing open).
+var tlsStatePanic, tlsFactsPanic atomic.Bool
 
 // The doubles of (*tls.Conn).Read, Write and handshakeContext. With no
 // engine active they do what the originals do (tlslayout.go).
@@ -292,11 +293,18 @@ func (e *engine) handshaken(l *tlsLayout, st *connState, tc *tls.Conn) {
 // verified, the config's verification callbacks (VerifyPeerCertificate,
 // VerifyConnection) are not called, DidResume is false, and
 // ExportKeyingMaterial fails. Close sends no close_notify.
-func (e *engine) fakeHandshake(l *tlsLayout, tc *tls.Conn, ust *connState) error {
+func (e *engine) fakeHandshake(l *tlsLayout, tc *tls.Conn, ust *connState) (err error) {
 	c := unsafe.Pointer(tc)
 	hsMu := (*sync.Mutex)(unsafe.Add(c, l.hsMutex))
 	hsMu.Lock()
 	defer hsMu.Unlock()
+	defer func() {
+		if r := recover(); r != nil {
+			// the handshake fails, the service goes on
+			e.recovered("tls-fake-handshake", r)
+			err = errors.New("retrace: the replayed TLS handshake failed inside the agent")
+		}
+	}()
 	if l.complete(c).Load() {
 		return nil
 	}
@@ -335,6 +343,9 @@ func (e *engine) replayTLSState(cfg *tls.Config, dst string) (st replayState) {
 			st = plausibleState(cfg)
 		}
 	}()
+	if tlsFactsPanic.Load() {
+		panic("forced by a test")
+	}
 	q := trace.TLSQuery{Dst: dst}
 	if cfg != nil {
 		q.ServerName, q.ALPN = cfg.ServerName, cfg.NextProtos

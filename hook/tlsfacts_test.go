@@ -3,6 +3,8 @@ package hook
 import (
 	"crypto/tls"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -207,4 +209,16 @@ func TestTLSFactsClientOfAnOlderMock(t *testing.T) {
 	r2 := &tlsFactsClient{addr: "127.0.0.1:1"}
 	_, err = r2.facts(now, "", &q)
 	require.Error(t, err)
+}
+
+// TestReplayTLSStateFailsOpen: a panic while the recorded state is looked
+// up leaves the handshake the plausible state, and is counted.
+func TestReplayTLSStateFailsOpen(t *testing.T) {
+	tlsFactsPanic.Store(true)
+	defer tlsFactsPanic.Store(false)
+	e := &engine{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	cfg := &tls.Config{NextProtos: []string{"h2"}}
+	before := counters.failures.Load()
+	require.Equal(t, plausibleState(cfg), e.replayTLSState(cfg, "pay:443"))
+	require.Equal(t, before+1, counters.failures.Load())
 }

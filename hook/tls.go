@@ -352,7 +352,11 @@ func (e *engine) replayTLSState(cfg *tls.Config, dst string) (st replayState) {
 	}
 	a, err := e.tlsFacts.facts(e.now(), trace.CurrentID(), &q)
 	if err == nil {
-		if st, ok := recordedState(&a, cfg); ok {
+		if st, other, ok := recordedState(&a, cfg); ok {
+			if other != "" {
+				e.reportOnce("tls-alpn:"+dst, "a replayed TLS client offers none of the protocols recorded for its destination: its ALPN is chosen from its offer",
+					"dst", dst, "recorded", other, "offered", q.ALPN, "chosen", st.alpn)
+			}
 			return st
 		}
 	}
@@ -361,7 +365,7 @@ func (e *engine) replayTLSState(cfg *tls.Config, dst string) (st replayState) {
 	case err != nil:
 		why = fmt.Sprintf("the mock server could not be asked: %v", err)
 	case why == "":
-		why = fmt.Sprintf("no recorded handshake with %s fits the client (ALPN offered %q, versions allowed by its config)", a.Recorded, q.ALPN)
+		why = fmt.Sprintf("no recorded handshake with %s has a version the client allows (or one this Go release knows)", a.Recorded)
 	}
 	e.reportOnce("tls-facts:"+dst, "a replayed TLS handshake gets a made-up ConnectionState, not the recorded one",
 		"dst", dst, "reason", why)

@@ -166,8 +166,11 @@ type replayState struct {
 
 // recordedState chooses, among the answer's facts (best fit first), the
 // first a client of cfg could have negotiated: an ALPN it offers (or
-// none), a version in its range, names this release knows.
-func recordedState(a *trace.TLSAnswer, cfg *tls.Config) (replayState, bool) {
+// none), a version in its range, names this release knows. When the
+// client offers none of the recorded protocols (its build changed its
+// offer), the first otherwise fitting is taken with plausibleState's ALPN
+// for the offer, and otherALPN is the one recorded.
+func recordedState(a *trace.TLSAnswer, cfg *tls.Config) (st replayState, otherALPN string, ok bool) {
 	var offers []string
 	minV, maxV := uint16(tls.VersionTLS12), uint16(tls.VersionTLS13)
 	if cfg != nil {
@@ -179,10 +182,8 @@ func recordedState(a *trace.TLSAnswer, cfg *tls.Config) (replayState, bool) {
 			maxV = cfg.MaxVersion
 		}
 	}
+	var fallback *replayState
 	for _, f := range a.Facts {
-		if f.ALPN != "" && !slices.Contains(offers, f.ALPN) {
-			continue
-		}
 		v, ok := versionByName(f.Version)
 		if !ok || v < minV || v > maxV {
 			continue
@@ -197,9 +198,20 @@ func recordedState(a *trace.TLSAnswer, cfg *tls.Config) (replayState, bool) {
 				continue
 			}
 		}
-		return replayState{vers: v, suite: s, curve: curve, alpn: f.ALPN, recorded: true}, true
+		st := replayState{vers: v, suite: s, curve: curve, alpn: f.ALPN, recorded: true}
+		if f.ALPN == "" || slices.Contains(offers, f.ALPN) {
+			return st, "", true
+		}
+		if fallback == nil {
+			fallback = &st
+		}
 	}
-	return replayState{}, false
+	if fallback == nil {
+		return replayState{}, "", false
+	}
+	other := fallback.alpn
+	fallback.alpn = plausibleState(cfg).alpn
+	return *fallback, other, true
 }
 
 // plausibleState is the state of a handshake no recording tells: TLS 1.3

@@ -86,30 +86,45 @@ func TestRecordedStateFitsTheClient(t *testing.T) {
 	h1 := trace.TLSFacts{ALPN: "http/1.1", Version: "TLS 1.2", CipherSuite: "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", Curve: "CurveP256", Calls: 3}
 	a := &trace.TLSAnswer{Recorded: "pay:443", Facts: []trace.TLSFacts{h2, h1}}
 
-	st, ok := recordedState(a, &tls.Config{NextProtos: []string{"h2", "http/1.1"}})
+	st, other, ok := recordedState(a, &tls.Config{NextProtos: []string{"h2", "http/1.1"}})
 	require.True(t, ok)
+	require.Empty(t, other)
 	require.Equal(t, replayState{vers: tls.VersionTLS13, suite: tls.TLS_AES_256_GCM_SHA384, curve: tls.X25519, alpn: "h2", recorded: true}, st)
 
 	// a client that does not offer h2 gets the recorded http/1.1 handshake
-	st, ok = recordedState(a, &tls.Config{NextProtos: []string{"http/1.1"}})
+	st, other, ok = recordedState(a, &tls.Config{NextProtos: []string{"http/1.1"}})
 	require.True(t, ok)
+	require.Empty(t, other)
 	require.Equal(t, replayState{vers: tls.VersionTLS12, suite: tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, curve: tls.CurveP256, alpn: "http/1.1", recorded: true}, st)
 
-	// nor one its versions exclude
-	_, ok = recordedState(a, &tls.Config{NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS13})
+	// nor one its versions exclude: a TLS 1.3 client that offers
+	// http/1.1 gets the recorded TLS 1.3 handshake, with http/1.1
+	st, other, ok = recordedState(a, &tls.Config{NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS13})
+	require.True(t, ok)
+	require.Equal(t, "h2", other)
+	require.Equal(t, replayState{vers: tls.VersionTLS13, suite: tls.TLS_AES_256_GCM_SHA384, curve: tls.X25519, alpn: "http/1.1", recorded: true}, st)
+	_, _, ok = recordedState(a, &tls.Config{NextProtos: []string{"http/1.1"}, MaxVersion: tls.VersionTLS11})
 	require.False(t, ok)
-	_, ok = recordedState(a, &tls.Config{})
-	require.False(t, ok, "an ALPN the client did not offer")
+	// a client that offers none of the recorded protocols: the best
+	// recorded handshake, with the ALPN its offer gets
+	st, other, ok = recordedState(a, &tls.Config{})
+	require.True(t, ok)
+	require.Equal(t, "h2", other)
+	require.Equal(t, replayState{vers: tls.VersionTLS13, suite: tls.TLS_AES_256_GCM_SHA384, curve: tls.X25519, recorded: true}, st)
+	st, other, ok = recordedState(a, &tls.Config{NextProtos: []string{"spdy/3"}, MaxVersion: tls.VersionTLS12})
+	require.True(t, ok)
+	require.Equal(t, "http/1.1", other)
+	require.Equal(t, replayState{vers: tls.VersionTLS12, suite: tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, curve: tls.CurveP256, recorded: true}, st)
 
 	// a handshake with no ALPN fits any client; no group (RSA key exchange) is none
 	none := &trace.TLSAnswer{Facts: []trace.TLSFacts{{Version: "TLS 1.2", CipherSuite: "TLS_RSA_WITH_AES_128_GCM_SHA256"}}}
-	st, ok = recordedState(none, &tls.Config{NextProtos: []string{"h2"}})
+	st, _, ok = recordedState(none, &tls.Config{NextProtos: []string{"h2"}})
 	require.True(t, ok)
 	require.Equal(t, replayState{vers: tls.VersionTLS12, suite: tls.TLS_RSA_WITH_AES_128_GCM_SHA256, recorded: true}, st)
 
 	// names this release does not know are skipped
 	odd := &trace.TLSAnswer{Facts: []trace.TLSFacts{{Version: "TLS 9"}, {Version: "TLS 1.3", CipherSuite: "TLS_NEW"}}}
-	_, ok = recordedState(odd, nil)
+	_, _, ok = recordedState(odd, nil)
 	require.False(t, ok)
 
 	require.Equal(t, replayState{vers: tls.VersionTLS13, suite: tls.TLS_AES_128_GCM_SHA256, curve: tls.X25519MLKEM768, alpn: "h2"},

@@ -202,7 +202,7 @@ func (m *masker) server(b []byte) []byte {
 		rows
 		done // OK, greeting, authentication: no values follow
 	)
-	state, cols, types := first, 0, []byte(nil)
+	state, cols, types, seen := first, 0, []byte(nil), 0
 	return m.packets(b, func(p []byte, seq byte) []byte {
 		if len(p) == 0 {
 			return p
@@ -224,24 +224,25 @@ func (m *masker) server(b []byte) []byte {
 			}
 			n, hdr, ok := lenEnc(p)
 			if ok && hdr == len(p) && n > 0 && n < 1<<12 {
-				state, cols, types = defs, int(n), types[:0]
+				state, cols, types, seen = defs, int(n), types[:0], 0
 			}
 		case defs:
-			if p[0] == 0xfe && len(p) < 9 { // EOF after the definitions
-				if len(types) == cols {
-					state = rows
-				}
-				return p
-			}
 			types = append(types, columnType(p))
 			if len(types) == cols {
 				state = rows // with CLIENT_DEPRECATE_EOF no EOF follows
 			}
 		case rows:
-			if p[0] == 0xfe { // a text row never starts so (a string of 2^24 bytes or more)
-				state = first // EOF or OK: the end of the rows (more results may follow)
+			// a text row never starts with 0xfe (a string of 2^24 bytes or
+			// more): EOF (5 bytes), or OK in its place
+			if p[0] == 0xfe {
+				if seen == 0 && len(p) == 5 {
+					seen = -1 // the EOF after the definitions: the rows follow
+					return p
+				}
+				state = first // the end of the rows (more results may follow)
 				return p
 			}
+			seen = 1
 			return m.row(p, types)
 		}
 		return p

@@ -37,14 +37,17 @@ func (protocol) Mask(_ wire.Side, msg []byte, rules wire.MaskRules) []byte {
 				p = p[nl+2:]
 				continue
 			}
-			if len(p) < nl+2+n+2 {
+			if len(p) < nl+2+n+2 || p[nl+2+n] != '\r' || p[nl+3+n] != '\n' {
 				return finish(msg, out, p, rules)
 			}
 			v := p[nl+2 : nl+2+n]
-			mv := rules.Text(v)
-			changed = changed || !bytes.Equal(mv, v)
-			out = append(strconv.AppendInt(append(out, ln[0]), int64(len(mv)), 10), "\r\n"...)
-			out = append(append(out, mv...), "\r\n"...)
+			if mv := rules.Text(v); !bytes.Equal(mv, v) {
+				changed = true
+				out = append(strconv.AppendInt(append(out, ln[0]), int64(len(mv)), 10), "\r\n"...)
+				out = append(append(out, mv...), "\r\n"...)
+			} else {
+				out = append(out, p[:nl+2+n+2]...)
+			}
 			p = p[nl+2+n+2:]
 		case '+', '-':
 			mv := rules.Text(ln[1:])

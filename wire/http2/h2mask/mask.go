@@ -78,6 +78,22 @@ func Mask(_ wire.Side, msg []byte, rules wire.MaskRules) []byte {
 			return min(off, len(data))
 		}
 	}
+	if bytes.Equal(data, h.data) {
+		out = append(append(out, h.lines...), data...) // as recorded
+	} else {
+		out = appendLines(out, h, data, remap)
+	}
+	if h.trailer != nil {
+		out = maskBlock(out, h.trailer, rules)
+	}
+	if bytes.Equal(out, msg) {
+		return msg
+	}
+	return out
+}
+
+// appendLines appends the pace and data lines of masked data, and it.
+func appendLines(out []byte, h half, data []byte, remap func(int) int) []byte {
 	if len(h.pace) > 0 {
 		out = append(out, "PACE "...)
 		for i, p := range h.pace {
@@ -92,14 +108,7 @@ func Mask(_ wire.Side, msg []byte, rules wire.MaskRules) []byte {
 	}
 	out = append(out, "DATA "...)
 	out = strconv.AppendInt(out, int64(len(data)), 10)
-	out = append(append(out, "\r\n"...), data...)
-	if h.trailer != nil {
-		out = maskBlock(out, h.trailer, rules)
-	}
-	if bytes.Equal(out, msg) {
-		return msg
-	}
-	return out
+	return append(append(out, "\r\n"...), data...)
 }
 
 type field struct{ name, value []byte }
@@ -109,6 +118,7 @@ type half struct {
 	interim [][]field
 	header  []field
 	pace    [][2]int
+	lines   []byte // the pace and data lines as recorded
 	data    []byte
 	trailer []field // nil: none
 }
@@ -138,6 +148,7 @@ func parse(b []byte) (h half, ok bool) {
 		h.header = block
 		break
 	}
+	start := b
 	line, rest, ok := bytes.Cut(b, []byte("\r\n"))
 	if ok && bytes.HasPrefix(line, []byte("PACE ")) {
 		for _, p := range strings.Split(string(line[5:]), ",") {
@@ -159,6 +170,7 @@ func parse(b []byte) (h half, ok bool) {
 	if err != nil || size < 0 || size > len(rest) {
 		return half{}, false
 	}
+	h.lines = start[:len(start)-len(rest)]
 	h.data, b = rest[:size], rest[size:]
 	if len(b) > 0 {
 		t, n, ok := parseBlock(b)

@@ -96,16 +96,16 @@ func TestAnswererFollowsState(t *testing.T) {
 
 func TestToRESP2(t *testing.T) {
 	for in, want := range map[string]string{
-		"+OK\r\n":                          "+OK\r\n",
-		"~2\r\n:1\r\n#t\r\n":               "*2\r\n:1\r\n:1\r\n",
+		"+OK\r\n":            "+OK\r\n",
+		"~2\r\n:1\r\n#t\r\n": "*2\r\n:1\r\n:1\r\n",
 		">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n(12345678901234567890\r\n": "*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$20\r\n12345678901234567890\r\n",
-		"=8\r\ntxt:abcd\r\n":               "$4\r\nabcd\r\n",
-		"!10\r\nERR a\r\nbc.\r\n":          "-ERR a  bc.\r\n",
-		"|1\r\n+ttl\r\n:3\r\n$1\r\nv\r\n":   "$1\r\nv\r\n",
-		"*-1\r\n":                          "*-1\r\n",
-		"#f\r\n_\r\n":                      ":0\r\n$-1\r\n",
-		"%1\r\n+a\r\n%1\r\n+b\r\n~0\r\n":   "*2\r\n+a\r\n*2\r\n+b\r\n*0\r\n",
-		"$4\r\nab":                         "$4\r\nab",
+		"=8\r\ntxt:abcd\r\n":              "$4\r\nabcd\r\n",
+		"!10\r\nERR a\r\nbc.\r\n":         "-ERR a  bc.\r\n",
+		"|1\r\n+ttl\r\n:3\r\n$1\r\nv\r\n": "$1\r\nv\r\n",
+		"*-1\r\n":                         "*-1\r\n",
+		"#f\r\n_\r\n":                     ":0\r\n$-1\r\n",
+		"%1\r\n+a\r\n%1\r\n+b\r\n~0\r\n":  "*2\r\n+a\r\n*2\r\n+b\r\n*0\r\n",
+		"$4\r\nab":                        "$4\r\nab",
 	} {
 		if got := string(redis.ToRESP2([]byte(in))); got != want {
 			t.Errorf("%q: %q, want %q", in, got, want)

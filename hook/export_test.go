@@ -29,7 +29,7 @@ func PatchGRPC(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !active.CompareAndSwap(nil, &engine{}) {
+	if !active.CompareAndSwap(nil, &engine{cfg: &resolvedConfig{Config: Config{Mode: Replay}}}) {
 		undo()
 		t.Fatal("an engine is active")
 	}
@@ -59,4 +59,11 @@ func RandomFuncs() map[string]uintptr {
 		out[t.name] = *(*uintptr)(t.word)
 	}
 	return out
+}
+
+// ForceH2RewritePanic makes the outbound HTTP/2 rewriter panic, until t
+// ends.
+func ForceH2RewritePanic(t testing.TB) {
+	h2RewritePanic.Store(true)
+	t.Cleanup(func() { h2RewritePanic.Store(false) })
 }

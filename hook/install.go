@@ -70,14 +70,9 @@ func Install(cfg Config) (undo func(), err error) {
 		optional = append(optional, resolveTarget)
 	}
 	if !rc.NoGRPC {
-		optional = append(optional, grpcReadTarget)
-		if rc.Mode == Replay {
-			// Record mode would need the in-band field removed from
-			// the connection's header blocks before the real peer sees
-			// them (inband.Rewriter), which the write hook does not do
-			// yet.
-			optional = append(optional, grpcTarget)
-		}
+		// Both modes: in record mode the write hook removes the in-band
+		// field before the real server sees it (h2out.go).
+		optional = append(optional, grpcReadTarget, grpcTarget)
 	}
 	// Randomness: optional too, each source on its own.
 	var randomTargets []func() ([]target, error)

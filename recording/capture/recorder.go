@@ -409,6 +409,7 @@ func (r *Recorder) InboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 func (r *Recorder) Closed(c *hook.ConnInfo) {
 	ic, ok := c.Data.Load().(*inbound)
 	if !ok {
+		r.closedH2(c)
 		return
 	}
 	ic.mu.Lock()

@@ -26,6 +26,10 @@ type Conn struct {
 	OnFrame func(from Side, f *Frame, x *Exchange)
 	// MaxData bounds the data kept per half of a stream; 0 means 64 MiB.
 	MaxData int
+	// Truncate keeps a half's data to MaxData and drops the rest (the half
+	// is then marked Truncated) instead of failing the connection: a
+	// recorder follows a connection whatever its streams carry.
+	Truncate bool
 }
 
 // NewConn returns a Conn whose client side starts with the preface.
@@ -128,10 +132,14 @@ func (c *Conn) apply(s Side, f *Frame) (*Exchange, error) {
 	case http2.FrameHeaders:
 		m.addHeaders(f.Fields, s == Server)
 	case http2.FrameData:
-		if limit := c.maxData(); len(m.Data)+len(f.Data) > limit {
-			return x, fmt.Errorf("more than %d bytes of data", limit)
+		data := f.Data
+		if limit := c.maxData(); len(m.Data)+len(data) > limit {
+			if !c.Truncate {
+				return x, fmt.Errorf("more than %d bytes of data", limit)
+			}
+			data, m.Truncated = data[:limit-len(m.Data)], true
 		}
-		m.Data = append(m.Data, f.Data...)
+		m.Data = append(m.Data, data...)
 		if s == Server && len(f.Data) > 0 {
 			x.mark()
 		}

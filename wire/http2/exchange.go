@@ -21,6 +21,8 @@ type Message struct {
 	Trailer []hpack.HeaderField `json:"trailer,omitempty"`
 	// End: END_STREAM was seen.
 	End bool `json:"end,omitempty"`
+	// Truncated: data beyond the reader's limit was dropped (Conn.Truncate).
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // Get returns the value of the first field named name in the header block

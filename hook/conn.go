@@ -286,7 +286,7 @@ func (e *engine) recordCall(where string, f func()) {
 // outbound connections: the answer, read on another goroutine, can then
 // never be reported before the bytes it answers.
 func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) {
-	if e.cfg.Mode == Replay && st.h2.Load() != h2Not {
+	if (e.cfg.Mode == Replay || e.streamRec != nil) && st.h2.Load() != h2Not {
 		h := st.h2.Load()
 		if h == nil {
 			// The server writes before it has read anything: not HTTP/1,
@@ -296,7 +296,7 @@ func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) 
 			h = st.h2.Load()
 		}
 		if h != h2Not {
-			e.h2Wrote(h, b)
+			e.h2Wrote(h, st, b)
 			return e.rawWrite(st, c, b)
 		}
 	}

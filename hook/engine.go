@@ -43,6 +43,7 @@ type engine struct {
 	random                     RandomMode
 	mathPatched, cryptoPatched bool // the sources of RETRACE_RANDOM that are patched
 	randomRec                  RandomRecorder
+	streamRec                  StreamRecorder // the Recorder's, nil when it records no HTTP/2 (h2record.go)
 	div                        divergenceReporter
 
 	conns    connTable
@@ -64,6 +65,7 @@ func newEngine(cfg *resolvedConfig, l *netLayout) *engine {
 	}
 	e := &engine{cfg: cfg, l: l, log: log, random: cfg.Random}
 	e.randomRec, _ = cfg.Recorder.(RandomRecorder)
+	e.streamRec, _ = cfg.Recorder.(StreamRecorder)
 	e.div.addr = cfg.mock.String()
 	if denseIndex {
 		e.conns.tag = l.tag

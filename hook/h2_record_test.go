@@ -105,6 +105,11 @@ func sessionsOf(t *testing.T, st *recording.DirStore) (byTag map[string]*recordi
 			bg = append(bg, s)
 			return nil
 		}
+		if s.Inbound.Proto != recording.ProtoHTTP {
+			// the in-process downstream's own streams, recorded as
+			// inbound sessions of their own
+			return nil
+		}
 		line, _, _ := strings.Cut(string(s.Inbound.Request), "\r\n")
 		_, tag, ok := strings.Cut(strings.Fields(line + " ")[1], "tag=")
 		require.True(t, ok, "session %s: %q", s.ID, line)

@@ -118,6 +118,24 @@ func Install(cfg Config) (undo func(), err error) {
 		refused = append(refused, err.Error())
 		e.log.Error("retrace: function left unpatched", "err", err)
 	}
+	if !rc.NoHTTP {
+		// net/http's HTTP/2 servers: their handlers bound to their
+		// streams' traces (h2serve.go); each server's patch on its own
+		if ts, err := h2ServeTargets(); err == nil {
+			for _, t := range ts {
+				if u, err := apply(t); err != nil {
+					refused = append(refused, err.Error())
+					e.log.Error("retrace: function left unpatched", "err", err)
+				} else {
+					undos = append(undos, u)
+					patched = append(patched, t.name)
+				}
+			}
+		} else if !errors.Is(err, errNotLinked) {
+			refused = append(refused, err.Error())
+			e.log.Error("retrace: function left unpatched", "err", err)
+		}
+	}
 	if !rc.NoTLS {
 		if err := installTLS(&undos, &patched); err != nil {
 			refused = append(refused, err.Error())

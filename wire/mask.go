@@ -5,10 +5,7 @@ package wire
 // RETRACE_MASK) reach them and nothing else: HTTP header values, query
 // and form fields and bodies (decoded from their content coding), Redis
 // arguments and reply strings, SQL text and bound parameters, protobuf
-// string fields. Every protocol package's Protocol implements it; a
-// recorded protocol whose package the program does not link is masked
-// through the Registry's extra maskers (Registry.WithMaskers), so the
-// agent links a light masker and not the protocol's whole package.
+// string fields. Every protocol package's Protocol implements it.
 type Masker interface {
 	// Mask returns msg, one recorded half of a call (or of an inbound
 	// request) sent by side, with every value the rules replace replaced
@@ -42,36 +39,13 @@ type MaskRules interface {
 }
 
 // MaskerFor returns the masker of the protocol recorded as name: the
-// protocol's own when it implements Masker, else one given to
-// WithMaskers, else the fallback's (raw: the rules' patterns over the
-// bytes).
+// protocol's own, or, for a protocol that has none (or a name no protocol
+// has), the rules' patterns over the bytes.
 func (r *Registry) MaskerFor(name string) Masker {
-	if m, ok := r.maskers[name]; ok {
-		return m
-	}
 	if m, ok := r.For(name).(Masker); ok {
 		return m
 	}
 	return textMasker{}
-}
-
-// WithMaskers returns a copy of r whose MaskerFor also knows the maskers
-// of protocols r does not hold, by recorded name ("http2", "grpc"): a
-// program that records such calls without linking their protocol's
-// package still masks them. A protocol's own Masker wins over one given
-// here.
-func (r *Registry) WithMaskers(ms map[string]Masker) *Registry {
-	c := *r
-	c.maskers = map[string]Masker{}
-	for name, m := range ms {
-		if m == nil {
-			panic("wire: nil masker for " + name)
-		}
-		if _, ok := r.byName[name].(Masker); !ok {
-			c.maskers[name] = m
-		}
-	}
-	return &c
 }
 
 // textMasker masks bytes of no known structure with the rules' patterns.

@@ -14,8 +14,6 @@ type Registry struct {
 	list   []Protocol
 	byName map[string]Protocol
 	raw    Protocol
-	// maskers of recorded protocols the registry does not hold (WithMaskers)
-	maskers map[string]Masker
 }
 
 // NewRegistry returns a registry of ps, asked in that order, with fallback

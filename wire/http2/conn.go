@@ -30,6 +30,11 @@ type Conn struct {
 	// is then marked Truncated) instead of failing the connection: a
 	// recorder follows a connection whatever its streams carry.
 	Truncate bool
+	// KeepData, when set, is asked as each stream opens how many bytes of
+	// data each of its halves keeps (a recorder's sampling and body cap);
+	// negative means no bound but MaxData. The bytes beyond are counted
+	// in the half's Dropped, not kept, and the stream is followed as any.
+	KeepData func(stream uint32) int
 }
 
 // NewConn returns a Conn whose client side starts with the preface.
@@ -132,14 +137,20 @@ func (c *Conn) apply(s Side, f *Frame) (*Exchange, error) {
 	case http2.FrameHeaders:
 		m.addHeaders(f.Fields, s == Server)
 	case http2.FrameData:
-		data := f.Data
-		if limit := c.maxData(); len(m.Data)+len(data) > limit {
+		switch limit := c.maxData(); {
+		case x.bounded && len(m.Data)+len(f.Data) > x.keep:
+			n := max(0, x.keep-len(m.Data))
+			m.Data = append(m.Data, f.Data[:n]...)
+			m.Dropped += len(f.Data) - n
+		case len(m.Data)+len(f.Data) > limit:
 			if !c.Truncate {
 				return x, fmt.Errorf("more than %d bytes of data", limit)
 			}
-			data, m.Truncated = data[:limit-len(m.Data)], true
+			n := max(0, limit-len(m.Data))
+			m.Data, m.Truncated = append(m.Data, f.Data[:n]...), true
+		default:
+			m.Data = append(m.Data, f.Data...)
 		}
-		m.Data = append(m.Data, data...)
 		if s == Server && len(f.Data) > 0 {
 			x.mark()
 		}
@@ -162,6 +173,11 @@ func (c *Conn) stream(id uint32, _ Side) *Exchange {
 		return nil
 	}
 	x := &Exchange{StreamID: id}
+	if c.KeepData != nil {
+		if n := c.KeepData(id); n >= 0 {
+			x.bounded, x.keep = true, n
+		}
+	}
 	c.streams[id] = x
 	return x
 }

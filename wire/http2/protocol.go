@@ -37,6 +37,18 @@ type protocol struct{}
 
 func (protocol) Name() string { return Name }
 
+// GRPC is Protocol under the name gRPC calls are recorded with
+// (GRPCName): the same wire format, looked up by that name
+// (wire.Registry.For) for a recorded call or destination of gRPC. It is
+// never detected: a connection is HTTP/2, its streams gRPC or not.
+var GRPC wire.Protocol = grpcProtocol{}
+
+type grpcProtocol struct{ protocol }
+
+func (grpcProtocol) Name() string { return GRPCName }
+
+func (grpcProtocol) Detect(_, _ []byte) wire.Verdict { return wire.No }
+
 // Detect is sure of a client that starts with the client preface (h2c
 // with prior knowledge, or h2 after ALPN once TLS is peeled off).
 func (protocol) Detect(client, _ []byte) wire.Verdict {

@@ -6,8 +6,7 @@
 // gRPC message lengths, protobuf lengths and the response pace a change
 // moves.
 //
-// It is apart from wire/http2 so that a program that records HTTP/2
-// calls masks them without linking that package's framer and protobuf
-// decoding: it imports the standard library, wire and wire/http1 only
-// (wire/http2's Protocol masks through it).
+// It reads the recorded form alone, apart from wire/http2's framer, HPACK
+// state and protobuf decoding: it imports the standard library, wire and
+// wire/http1 only. wire/http2's Protocol (and GRPC) mask through it.
 package h2mask

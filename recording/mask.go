@@ -56,17 +56,20 @@ const DefaultMaskReplacement = "***"
 // can recognise them there; "random crypto" removes them all. The seed of
 // the math/rand sources is kept (math/rand is no source of secrets).
 //
-// HTTP messages are masked field by field, and Content-Length is fixed (a
-// chunked body becomes one chunk) when a body changes length; Redis bulk
-// strings and MySQL packets get their length prefixes fixed the same way
-// when a regex changes their length. JSON bodies that a rule changed are
-// re-encoded compactly with keys in sorted order. A body is JSON when it
-// starts with { or [, whatever its Content-Type says. Bodies with a
-// Content-Encoding of gzip, deflate or br are decoded, masked and encoded
-// again; bodies cut by the payload cap are masked in what is kept (JSON
-// token by token); query strings and form values are URL-decoded before
-// regex rules see them. What cannot be decoded is kept as it is and
-// counted (Stats.MaskSkipped).
+// The rules reach each payload through its protocol's package
+// (wire.Masker, found in wire/protocols by the recorded protocol name): it
+// knows where the values are — HTTP header values, query and form fields
+// and bodies (decoded from gzip, deflate or br; JSON whenever a body
+// starts with { or [, whatever its Content-Type says); Redis arguments and
+// reply strings; SQL literals, bound parameters and result rows of MySQL
+// and PostgreSQL; HTTP/2 and gRPC header fields, bodies and protobuf
+// string fields; the bytes of a raw protocol — and fixes every length
+// that frames a changed value. The Masker is the rules (wire.MaskRules):
+// JSON bodies that a rule changed are re-encoded compactly with keys in
+// sorted order, bodies cut by the payload cap are masked in what is kept
+// (JSON token by token), query strings and form values are URL-decoded
+// before regex rules see them. What cannot be read is kept as it is and
+// counted (Stats.MaskSkipped). docs/wire.md has the table.
 type Masker struct {
 	headers map[string]string // lower-case header name → replacement
 	forms   map[string]string // form field name → replacement

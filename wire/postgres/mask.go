@@ -37,7 +37,8 @@ func (protocol) Mask(side wire.Side, msg []byte, rules wire.MaskRules) []byte {
 	frontend := side == wire.Client
 	stmts := map[string][]uint32{} // statement name → parameter types, from Parse
 	var cols []column              // of the last RowDescription
-	n, err := Messages(msg, frontend, frontend && len(msg) > 0 && msg[0] == 0, func(g Message) bool {
+	// a malformed message ends the walk: from there on, text
+	n, _ := Messages(msg, frontend, frontend && len(msg) > 0 && msg[0] == 0, func(g Message) bool {
 		body := g.Body
 		switch {
 		case g.Type == 0: // start-up packets: kept
@@ -55,7 +56,6 @@ func (protocol) Mask(side wire.Side, msg []byte, rules wire.MaskRules) []byte {
 		out = append(out, body...)
 		return true
 	})
-	_ = err // a malformed message: the rest is masked as text
 	if !m.changed && n == len(msg) {
 		return msg
 	}
@@ -156,12 +156,11 @@ func (m *masker) client(g Message, stmts map[string][]uint32) []byte {
 
 // bind masks the parameter values of a Bind message.
 func (m *masker) bind(b []byte, stmts map[string][]uint32) []byte {
-	portal, rest, ok1 := bytes.Cut(b, []byte{0})
+	_, rest, ok1 := bytes.Cut(b, []byte{0}) // the portal
 	stmt, rest, ok2 := bytes.Cut(rest, []byte{0})
 	if !ok1 || !ok2 || len(rest) < 2 {
 		return b
 	}
-	_ = portal
 	nf := int(binary.BigEndian.Uint16(rest))
 	if len(rest) < 2+2*nf+2 {
 		return b

@@ -26,7 +26,6 @@ var importers = map[string]string{
 	"replayer/extract":    "turns recorded gRPC sessions into timed requests (wire/http2.ParseMessage of the recorded request half)",
 	"replayer/schema":     "descriptors from a descriptor set or a server's reflection, as a wire/protobuf Schema",
 	"replayer/replaytest": "test helper: reassembles a real HTTP/2 server's tapped connections into sessions (wire/http2.Conn)",
-	"recording":           "masks the recorded form of HTTP/2 halves and their gRPC messages (recording/mask_h2.go, until masking goes through each protocol's wire package)",
 	"internal/agenttest":  "test servers of the agent's tests answer RESP with wire/redis",
 	"mockserver/mocktest": "tests' stand-in for recording an HTTP/2 downstream reassembles its streams with wire/http2.Conn",
 }

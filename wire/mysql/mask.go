@@ -222,9 +222,14 @@ func (m *masker) server(b []byte) []byte {
 			if seq == 0 || p[0] == 0x00 || p[0] == 0xfe || p[0] == 0xfb {
 				return p // greeting, OK, EOF or auth switch, LOCAL INFILE
 			}
+			// the column count; MariaDB with MARIADB_CLIENT_CACHE_METADATA
+			// adds whether the column definitions follow
 			n, hdr, ok := lenEnc(p)
-			if ok && hdr == len(p) && n > 0 && n < 1<<12 {
+			if ok && (hdr == len(p) || hdr+1 == len(p)) && n > 0 && n < 1<<12 {
 				state, cols, types, seen = defs, int(n), types[:0], 0
+				if hdr+1 == len(p) && p[hdr] == 0 { // no definitions: types unknown
+					state, types = rows, make([]byte, cols)
+				}
 			}
 		case defs:
 			types = append(types, columnType(p))

@@ -266,7 +266,7 @@ func (m *Masker) maskSession(s *Session) (changed bool, skipped int, why string)
 		call := &s.Calls[i]
 		one(call.Proto, wire.Client, &call.Request)
 		one(call.Proto, wire.Server, &call.Response)
-		if call.Decoded != "" { // made from the bytes before they were masked
+		if m != nil && call.Decoded != "" { // made from the bytes before they were masked
 			if d := r.Text([]byte(call.Decoded)); string(d) != call.Decoded {
 				call.Decoded, changed = string(d), true
 			}

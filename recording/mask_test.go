@@ -222,3 +222,13 @@ func TestMaskSessionEveryProtocol(t *testing.T) {
 	assert.Equal(t, string(h2("***", `{"password":"***"}`)), string(s.Calls[2].Request))
 	assert.Equal(t, string(h2("***", "")), string(s.Calls[2].Response))
 }
+
+// A nil Masker masks nothing, and a call's decoded form made before
+// masking is masked by the patterns.
+func TestMaskNilAndDecoded(t *testing.T) {
+	var none *Masker
+	s := &Session{ID: "d", Calls: []Call{{Proto: "mysql", Request: []byte{1, 0, 0, 0, 0x0e}, Decoded: "card 4111111111111111"}}}
+	require.False(t, none.MaskSession(s))
+	require.True(t, testMasker(t).MaskSession(s))
+	require.Equal(t, "card [card]", s.Calls[0].Decoded)
+}

@@ -42,8 +42,10 @@ const maxDecoded = 64 << 20
 //     the field (Header), else :path's query fields, then the rules'
 //     patterns over the value (a result holding CR or LF is not taken);
 //   - the data: gRPC messages (content-type application/grpc…) by their
-//     protobuf string fields, recursively through nested messages,
-//     compressed ones (grpc-encoding gzip) decoded and encoded again;
+//     protobuf string fields, recursively through nested messages (a
+//     message that is no protobuf but text, application/grpc+json, as
+//     JSON and text), compressed ones (grpc-encoding gzip) decoded and
+//     encoded again;
 //     any other body as an HTTP body (http1.MaskBody: content codings,
 //     JSON, forms, text).
 //
@@ -251,7 +253,7 @@ func maskGRPC(data []byte, encoding string, rules wire.MaskRules) ([]byte, func(
 		masked := msg
 		switch p[0] {
 		case 0:
-			masked = maskProto(msg, rules, 0)
+			masked = maskMessage(msg, rules)
 		case 1:
 			masked = maskCompressed(msg, encoding, rules)
 		}
@@ -292,7 +294,7 @@ func maskCompressed(msg []byte, encoding string, rules wire.MaskRules) []byte {
 		rules.Skip("a gzip gRPC message that does not decode whole")
 		return msg
 	}
-	masked := maskProto(plain, rules, 0)
+	masked := maskMessage(plain, rules)
 	if bytes.Equal(masked, plain) {
 		return msg
 	}
@@ -303,19 +305,31 @@ func maskCompressed(msg []byte, encoding string, rules wire.MaskRules) []byte {
 	return b.Bytes()
 }
 
-// maskProto masks the string fields of a protobuf message read without
-// its schema, as wire/protobuf decodes it: a length-delimited field that
-// is printable UTF-8 is a string (the rules' patterns apply), else a
-// nested message when it parses whole as one, else bytes (kept). Bytes
-// that are not a message are kept as they are.
-func maskProto(b []byte, rules wire.MaskRules, depth int) []byte {
-	out, ok := walkProto(b, rules, depth)
-	if !ok || bytes.Equal(out, b) {
-		return b
+// maskMessage masks one gRPC message: protobuf (see maskProto), or, when
+// it is no protobuf message but text (application/grpc+json), JSON by the
+// rules' paths and text by their patterns.
+func maskMessage(msg []byte, rules wire.MaskRules) []byte {
+	if out, ok := walkProto(msg, rules, 0); ok {
+		if bytes.Equal(out, msg) {
+			return msg
+		}
+		return out
 	}
-	return out
+	if printable(msg) {
+		out := rules.Text(rules.JSON(msg))
+		if !bytes.Equal(out, msg) {
+			return out
+		}
+	}
+	return msg
 }
 
+// walkProto masks the string fields of a protobuf message read without
+// its schema, as wire/protobuf decodes it: a length-delimited field that
+// is printable UTF-8 is a string (the rules' patterns apply), else a
+// nested message when it parses whole as one, else bytes (kept); lengths
+// are re-encoded. ok is false for bytes that are not a message (groups,
+// deprecated, are not followed either).
 func walkProto(b []byte, rules wire.MaskRules, depth int) ([]byte, bool) {
 	out := make([]byte, 0, len(b))
 	for len(b) > 0 {

@@ -121,3 +121,13 @@ func FuzzMask(f *testing.F) {
 	well := func(_ wire.Side, b []byte) bool { _, _, err := http2.ParseMessage(b); return err == nil }
 	wiretest.FuzzMasker(f, h2mask.Masker, maskRules, well, maskCases...)
 }
+
+// gRPC with a JSON codec: its messages are masked as JSON and text.
+func TestMaskGRPCJSON(t *testing.T) {
+	msg := func(s string) []byte {
+		return http2.AppendMessage(nil, http2.Message{Header: hf(":method", "POST", ":path", "/s/M", "content-type", "application/grpc+json"),
+			Data: grpcFrame(false, []byte(s))}, nil)
+	}
+	wiretest.Masks(t, h2mask.Masker, maskRules, wiretest.MaskCase{Name: "json messages",
+		In: msg(`{"password":"x","card":"4111111111111111"}`), Want: msg(`{"card":"[card]","password":"***"}`)})
+}

@@ -26,9 +26,10 @@ import (
 //     payloads and COPY data.
 //
 // A value is masked when it is text: in text format, or in binary format
-// of a text type (text, varchar, bpchar, name, json, unknown) as a Parse or
-// RowDescription of the same payload says, or, when the payload does not
-// say, when it is printable UTF-8 (binary numbers and timestamps are not).
+// of a text type (text, varchar, bpchar, name, json, unknown) as a Parse
+// (with parameter types) or RowDescription of the same payload says, or,
+// when the payload does not say its type, when it is printable UTF-8
+// (binary numbers, timestamps and UUIDs are not).
 // Bytes after the last whole message (a payload cut by the cap) get the
 // rules' patterns as text.
 func (protocol) Mask(side wire.Side, msg []byte, rules wire.MaskRules) []byte {

@@ -21,7 +21,6 @@ import (
 	"github.com/retrace-dev/retrace/replayer/report"
 	"github.com/retrace-dev/retrace/wire"
 	"github.com/retrace-dev/retrace/wire/http2"
-	"github.com/retrace-dev/retrace/wire/protobuf"
 	"github.com/retrace-dev/retrace/wire/protobuf/descriptors"
 )
 
@@ -96,7 +95,7 @@ type demo struct {
 	out    io.Writer
 	res    Result
 	dn     *Downstreams
-	log    *os.File            // the service processes' output
+	log    *os.File         // the service processes' output
 	schema *descriptors.Schema // the fraud service's, for gRPC messages by name
 }
 
@@ -452,10 +451,7 @@ func FraudSchema() (*descriptors.Schema, error) {
 // grpcCalls shows the gRPC calls of a session decoded, their messages by
 // field name from the fraud service's descriptor set.
 func grpcCalls(s *recording.Session) []string {
-	var schema protobuf.Schema // nil: by field number
-	if sc, err := FraudSchema(); err == nil {
-		schema = sc
-	}
+	schema, _ := FraudSchema() // without it, by field number
 	var out []string
 	for _, c := range s.Calls {
 		if c.Proto != http2.GRPCName || c.Setup {

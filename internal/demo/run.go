@@ -21,6 +21,7 @@ import (
 	"github.com/retrace-dev/retrace/replayer/report"
 	"github.com/retrace-dev/retrace/wire"
 	"github.com/retrace-dev/retrace/wire/http2"
+	"github.com/retrace-dev/retrace/wire/protobuf"
 	"github.com/retrace-dev/retrace/wire/protobuf/descriptors"
 )
 
@@ -451,7 +452,10 @@ func FraudSchema() (*descriptors.Schema, error) {
 // grpcCalls shows the gRPC calls of a session decoded, their messages by
 // field name from the fraud service's descriptor set.
 func grpcCalls(s *recording.Session) []string {
-	schema, _ := FraudSchema() // without it, by field number
+	var schema protobuf.Schema // nil: by field number (never a nil *descriptors.Schema)
+	if sc, err := FraudSchema(); err == nil {
+		schema = sc
+	}
 	var out []string
 	for _, c := range s.Calls {
 		if c.Proto != http2.GRPCName || c.Setup {

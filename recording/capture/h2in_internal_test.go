@@ -57,7 +57,7 @@ func TestH2StreamsRecorded(t *testing.T) {
 	// a stream in progress, then garbage
 	require.NotEmpty(t, r.StartStream(c, 3))
 	r.H2Read(c, h2Headers(t, cenc, &cb, 3, true, ":method", "GET", ":path", "/b"))
-	r.H2Write(c, []byte{0, 0, 4, 0xff, 0, 0, 0, 0}) // a frame header cut short is fine…
+	r.H2Write(c, []byte{0, 0, 4, 0xff, 0, 0, 0, 0})                 // a frame header cut short is fine…
 	r.H2Read(c, []byte("\x00\x00\x01\x01\x04\x00\x00\x00\x05\xff")) // …a header block that is no HPACK is not
 	require.Equal(t, int64(1), r.Stats().H2Lost)
 	require.Zero(t, r.Stats().Active)

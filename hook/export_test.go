@@ -67,3 +67,14 @@ func ForceH2RewritePanic(t testing.TB) {
 	h2RewritePanic.Store(true)
 	t.Cleanup(func() { h2RewritePanic.Store(false) })
 }
+
+// H2ServeFuncs returns the code addresses of the HTTP/2 servers'
+// serverConnBaseContext the agent patches, by name.
+func H2ServeFuncs() map[string]uintptr {
+	out := map[string]uintptr{}
+	ts, _ := h2ServeTargets()
+	for _, t := range ts {
+		out[t.name] = *(*uintptr)(t.word)
+	}
+	return out
+}

@@ -251,6 +251,20 @@ type Answerer interface {
 	AnswerLen(r *Request, b []byte) (int, error)
 }
 
+// Canceller is an Answerer some of whose recorded answers came back only
+// because the client cancelled its request from another connection
+// (PostgreSQL's CancelRequest): the mock server holds such an answer until
+// the live client cancels too (at most a bound longer than the recorded
+// call took).
+type Canceller interface {
+	// AwaitCancel reports whether the answer Reply returned last waits
+	// for the client's cancel; cancelled is then closed when it arrives,
+	// head leading bytes of the answer are sent before the wait (what the
+	// server sent before it was cancelled), and done must be called once
+	// the wait is over.
+	AwaitCancel() (cancelled <-chan struct{}, head int, done func(), ok bool)
+}
+
 // Request is what matching knows of one request, live or recorded: the
 // same features are computed for both sides so strategies compare like
 // with like. Slices alias the bytes the request was parsed from.

@@ -13,7 +13,7 @@ import (
 	"github.com/retrace-dev/retrace/replayer/diff"
 	"github.com/retrace-dev/retrace/wire/grpc"
 	"github.com/retrace-dev/retrace/wire/http2"
-	"github.com/retrace-dev/retrace/wire/protobuf"
+	"github.com/retrace-dev/retrace/wire/protobuf/descriptors"
 )
 
 // unaryCall is the request half of a UnaryCall stream in the recorded
@@ -39,7 +39,7 @@ func TestDownstreamGRPCFindings(t *testing.T) {
 	sess := &recording.Session{ID: "s", Calls: []recording.Call{{Seq: 0, Proto: http2.GRPCName, Dst: dst, Request: unaryCall(t, 40, "sku-1")}}}
 	live := unaryCall(t, 41, "sku-1", hpack.HeaderField{Name: http2.TraceField, Value: "t1"})
 	rep := &mockserver.TraceReport{Calls: []mockserver.ObservedCall{{Seq: 0, Matched: 0, Proto: http2.GRPCName, Dst: dst, Request: live}}}
-	schema, err := protobuf.SchemaOf(testpb.File_grpc_testing_test_proto)
+	schema, err := descriptors.Of(testpb.File_grpc_testing_test_proto)
 	if err != nil {
 		t.Fatal(err)
 	}

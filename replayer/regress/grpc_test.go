@@ -22,7 +22,7 @@ import (
 	"github.com/retrace-dev/retrace/replayer/replaytest"
 	"github.com/retrace-dev/retrace/replayer/schema"
 	"github.com/retrace-dev/retrace/wire/http2"
-	"github.com/retrace-dev/retrace/wire/protobuf"
+	"github.com/retrace-dev/retrace/wire/protobuf/descriptors"
 )
 
 // grpcTraces is how many traces the recording makes.
@@ -37,9 +37,9 @@ func replayGRPC(t *testing.T, cfg regress.Config) *collected {
 	return &c
 }
 
-func testSchema(t *testing.T) *protobuf.Schema {
+func testSchema(t *testing.T) *descriptors.Schema {
 	t.Helper()
-	s, err := protobuf.SchemaOf(testpb.File_grpc_testing_test_proto, healthpb.File_grpc_health_v1_health_proto)
+	s, err := descriptors.Of(testpb.File_grpc_testing_test_proto, healthpb.File_grpc_health_v1_health_proto)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestReplayGRPCSessions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for name, s := range map[string]*protobuf.Schema{"file": fromFile, "reflection": fromServer} {
+		for name, s := range map[string]*descriptors.Schema{"file": fromFile, "reflection": fromServer} {
 			c := replayGRPC(t, regress.Config{Source: regress.Sessions(sessions), Target: target, Concurrency: 8, Schema: s})
 			f := findings(c, "t05-unary")
 			if len(f) != 1 || f[0].Path != "message[0].username" {

@@ -22,7 +22,7 @@ import (
 	"github.com/retrace-dev/retrace/replayer/diff"
 	"github.com/retrace-dev/retrace/wire"
 	"github.com/retrace-dev/retrace/wire/http2"
-	"github.com/retrace-dev/retrace/wire/protobuf"
+	"github.com/retrace-dev/retrace/wire/protobuf/descriptors"
 )
 
 // isH2 reports whether a session's inbound exchange is an HTTP/2 stream
@@ -256,7 +256,7 @@ func h2Status(d *wire.Decoded) string {
 // schema when there is one (messages by field name), and compared field by
 // field; their decoded forms are returned for the report. Every other
 // protocol is compared by diff.CompareCalls.
-func compareCall(rules *diff.Rules, schema *protobuf.Schema, api, proto, dst string, want, got []byte) ([]diff.Difference, *wire.Decoded, *wire.Decoded) {
+func compareCall(rules *diff.Rules, schema *descriptors.Schema, api, proto, dst string, want, got []byte) ([]diff.Difference, *wire.Decoded, *wire.Decoded) {
 	if proto != http2.GRPCName && proto != http2.Name {
 		return rules.CompareCalls(api, proto, dst, want, got), nil, nil
 	}

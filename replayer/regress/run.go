@@ -16,7 +16,7 @@ import (
 	"github.com/retrace-dev/retrace/wire"
 	"github.com/retrace-dev/retrace/wire/http1"
 	"github.com/retrace-dev/retrace/wire/http2"
-	"github.com/retrace-dev/retrace/wire/protobuf"
+	"github.com/retrace-dev/retrace/wire/protobuf/descriptors"
 )
 
 // Config describes a regression replay. Source and Target are required.
@@ -65,7 +65,7 @@ type Config struct {
 	// Schema, when set, decodes the protobuf messages of gRPC sessions and
 	// calls by field name (a descriptor set, or the target's server
 	// reflection); nil: by field number.
-	Schema *protobuf.Schema
+	Schema *descriptors.Schema
 	// Logf receives warnings that do not stop the run (a recording line
 	// that does not decode, a mock admin call that failed to clean up).
 	// Nil: discarded.
@@ -508,7 +508,7 @@ const maxCallDetails = 200
 // downstream diffs every call the replay made with the recorded call it
 // matched, and flags calls without recording and recorded calls never
 // made.
-func downstream(rules *diff.Rules, schema *protobuf.Schema, api string, s *recording.Session, rep *mockserver.TraceReport) ([]Finding, []CallDetail) {
+func downstream(rules *diff.Rules, schema *descriptors.Schema, api string, s *recording.Session, rep *mockserver.TraceReport) ([]Finding, []CallDetail) {
 	bySeq := make(map[int]*recording.Call, len(s.Calls))
 	for i := range s.Calls {
 		bySeq[s.Calls[i].Seq] = &s.Calls[i]

@@ -20,14 +20,14 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/descriptorpb"
 
-	"github.com/retrace-dev/retrace/wire/protobuf"
+	"github.com/retrace-dev/retrace/wire/protobuf/descriptors"
 )
 
 // Schema is wire/protobuf's: message types by name, gRPC methods by path.
-type Schema = protobuf.Schema
+type Schema = descriptors.Schema
 
 // File reads a descriptor set file.
-func File(path string) (*Schema, error) { return protobuf.LoadSchema(path) }
+func File(path string) (*Schema, error) { return descriptors.Load(path) }
 
 // maxFiles bounds the files one reflection walk asks for.
 const maxFiles = 10000
@@ -37,7 +37,7 @@ const maxFiles = 10000
 // for the descriptors of every service it lists and their imports, through
 // the server reflection service (grpc.reflection.v1), and returns them as
 // a schema. A server without reflection is an error that says so.
-func Reflect(ctx context.Context, target string, tlsCfg *tls.Config) (*protobuf.Schema, error) {
+func Reflect(ctx context.Context, target string, tlsCfg *tls.Config) (*descriptors.Schema, error) {
 	u, err := url.Parse(target)
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("reflection: target %q is not a URL with a host", target)
@@ -107,7 +107,7 @@ func Reflect(ctx context.Context, target string, tlsCfg *tls.Config) (*protobuf.
 	if err != nil {
 		return nil, fmt.Errorf("reflection: %s: %w", target, err)
 	}
-	s, err := protobuf.ParseSchema(b)
+	s, err := descriptors.Parse(b)
 	if err != nil {
 		return nil, fmt.Errorf("reflection: %s: %w", target, err)
 	}

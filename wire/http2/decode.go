@@ -56,7 +56,7 @@ func (protocol) Decode(side wire.Side, msg []byte) (wire.Decoded, bool) {
 // DecodeMessage is Decode with an optional schema and the call's path, by
 // which gRPC messages are shown by field name. What does not decode is
 // shown as a field saying why (see DecodeChecked).
-func DecodeMessage(response bool, m Message, s *protobuf.Schema, path string) wire.Decoded {
+func DecodeMessage(response bool, m Message, s protobuf.Schema, path string) wire.Decoded {
 	d, _ := DecodeChecked(response, m, s, path)
 	return d
 }
@@ -72,7 +72,7 @@ var ErrUndecodable = errors.New("http2: undecodable")
 // everything, the parts that did not decode as a field saying why. A
 // schema that does not know the method at path is no error: its messages
 // are decoded by field number.
-func DecodeChecked(response bool, m Message, s *protobuf.Schema, path string) (wire.Decoded, error) {
+func DecodeChecked(response bool, m Message, s protobuf.Schema, path string) (wire.Decoded, error) {
 	dc := decoder{response: response, schema: s}
 	if p, ok := Get(m.Header, ":path"); ok && path == "" {
 		path = p
@@ -83,7 +83,7 @@ func DecodeChecked(response bool, m Message, s *protobuf.Schema, path string) (w
 
 type decoder struct {
 	response bool
-	schema   *protobuf.Schema
+	schema   protobuf.Schema
 	path     string
 	d        wire.Decoded
 	err      error
@@ -201,16 +201,11 @@ func (dc *decoder) message(prefix string, gm grpc.Message, enc string) {
 	}
 	var tree map[string]any
 	var err error
+	known := false
 	if dc.schema != nil {
-		if in, out, merr := dc.schema.Method(dc.path); merr == nil {
-			md := in
-			if dc.response {
-				md = out
-			}
-			tree, err = protobuf.Decode(md, data)
-		}
+		tree, known, err = dc.schema.DecodeMethod(dc.path, dc.response, data)
 	}
-	if tree == nil && err == nil {
+	if !known {
 		tree, err = protobuf.DecodeRaw(data)
 	}
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/retrace-dev/retrace/wire"
 	"github.com/retrace-dev/retrace/wire/grpc"
 	"github.com/retrace-dev/retrace/wire/http2"
-	"github.com/retrace-dev/retrace/wire/protobuf"
+	"github.com/retrace-dev/retrace/wire/protobuf/descriptors"
 )
 
 func fieldsOf(d wire.Decoded) string {
@@ -52,7 +52,7 @@ func TestDecodePaths(t *testing.T) {
 	if err != nil || fieldsOf(d) != want || d.Text != "200 2 messages grpc-status 5 no such" {
 		t.Errorf("response %v %q:\n%s", err, d.Text, fieldsOf(d))
 	}
-	s, err := protobuf.SchemaOf(testpb.File_grpc_testing_test_proto)
+	s, err := descriptors.Of(testpb.File_grpc_testing_test_proto)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ var importers = map[string]string{
 	"replayer/schema":     "descriptors from a descriptor set or a server's reflection, as a wire/protobuf Schema",
 	"replayer/replaytest": "test helper: reassembles a real HTTP/2 server's tapped connections into sessions (wire/http2.Conn)",
 	"recording":           "masks the recorded form of HTTP/2 halves and their gRPC messages (recording/mask_h2.go, until masking goes through each protocol's wire package)",
+	"internal/demo":       "shows the demo's gRPC calls decoded, their messages by the fraud service's descriptors (wire/http2.DecodeMessage, wire/protobuf/descriptors)",
 	"internal/agenttest":  "test servers of the agent's tests answer RESP with wire/redis",
 	"mockserver/mocktest": "tests' stand-in for recording an HTTP/2 downstream reassembles its streams with wire/http2.Conn",
 }

@@ -46,6 +46,7 @@ type engine struct {
 	randomRec                  RandomRecorder
 	streamRec                  StreamRecorder // the Recorder's, nil when it records no HTTP/2 (h2record.go)
 	div                        divergenceReporter
+	tlsFacts                   tlsFactsClient // replay: recorded TLS states (tlsfacts.go)
 
 	conns    connTable
 	connects pendingConnects
@@ -68,6 +69,7 @@ func newEngine(cfg *resolvedConfig, l *netLayout) *engine {
 	e.randomRec, _ = cfg.Recorder.(RandomRecorder)
 	e.streamRec, _ = cfg.Recorder.(StreamRecorder)
 	e.div.addr = cfg.mock.String()
+	e.tlsFacts.addr = e.div.addr
 	if denseIndex {
 		e.conns.tag = l.tag
 	}
@@ -615,4 +617,5 @@ func (e *engine) shutdown() {
 		return true
 	})
 	e.div.close()
+	e.tlsFacts.close()
 }

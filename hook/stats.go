@@ -15,7 +15,7 @@ var counters struct {
 
 	conns, preambles, redirected, rewritten, failures, pipelined, diverged atomic.Int64
 	h2conns, h2unrecorded, h2out, h2outFailed                              atomic.Int64
-	tlsConns, tlsFaked                                                     atomic.Int64
+	tlsConns, tlsFaked, tlsRecorded                                        atomic.Int64
 }
 
 var patchState struct {
@@ -65,6 +65,10 @@ type Stats struct {
 
 	TLSConns      int64 // TLS connections whose plaintext the TLS hooks followed
 	TLSHandshakes int64 // replay: TLS handshakes completed without TLS (redirected clients)
+	// TLSRecorded counts the TLSHandshakes whose ConnectionState is the
+	// recorded one (the mock server told it); the others got a plausible
+	// one, logged once per destination.
+	TLSRecorded int64
 
 	// Diverged counts the divergences of replayed requests' randomness
 	// from their recordings (one per request and source at most).
@@ -104,6 +108,7 @@ func ReadStats() Stats {
 	s.H2Outbound, s.H2RewriteFailed = counters.h2out.Load(), counters.h2outFailed.Load()
 	s.TLSConns = counters.tlsConns.Load()
 	s.TLSHandshakes = counters.tlsFaked.Load()
+	s.TLSRecorded = counters.tlsRecorded.Load()
 	s.Failures = counters.failures.Load()
 	s.Diverged = counters.diverged.Load()
 	return s

@@ -3,9 +3,10 @@ package hook
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"net"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -26,8 +27,9 @@ import (
 // that upgrades mid-stream (MySQL's SSL request) goes on where it was.
 //
 // In replay mode a TLS client connection over a redirected connection
-// does no TLS at all: its handshake succeeds at once with a plausible
-// state (fakeHandshake), and its Read and Write are those of the
+// does no TLS at all: its handshake succeeds at once with the state the
+// recordings give the destination, which the mock server tells
+// (fakeHandshake, tlsfacts.go), and its Read and Write are those of the
 // underlying connection, whose hooks frame the plaintext for the mock.
 
 // TLSInfo describes the TLS of a connection to a Recorder: what its
@@ -37,8 +39,9 @@ type TLSInfo struct {
 	ALPN        string // the negotiated application protocol, "" for none
 	Version     uint16 // tls.VersionTLS13 etc.
 	CipherSuite uint16
-	Resumed     bool // the session was resumed
-	PeerCerts   int  // certificates the peer presented (a server's client certificates: mTLS)
+	Curve       tls.CurveID // the key exchange group, 0 for none
+	Resumed     bool        // the session was resumed
+	PeerCerts   int         // certificates the peer presented (a server's client certificates: mTLS)
 }
 
 // tlsTargets returns the TLS patches with their doubles.
@@ -70,14 +73,15 @@ func underlayFD(nc net.Conn) unsafe.Pointer {
 }
 
 // tlsConnState returns the state of the TLS connection c, made on first
-// sight; bypass reports a client connection over a redirected connection
-// (replay mode: no TLS, see fakeHandshake). nil, false: c is left alone
-// (a connection over a net.Conn the agent does not follow, or a panic).
-func (e *engine) tlsConnState(c *tls.Conn) (st *connState, bypass bool) {
+// sight; bypass, when not nil, is the redirected connection under a client
+// connection (replay mode: no TLS, see fakeHandshake). nil, nil: c is
+// left alone (a connection over a net.Conn the agent does not follow, or
+// a panic).
+func (e *engine) tlsConnState(c *tls.Conn) (st, bypass *connState) {
 	defer func() {
 		if r := recover(); r != nil {
 			e.recovered("tls-state", r)
-			st, bypass = nil, false
+			st, bypass = nil, nil
 		}
 	}()
 	if tlsStatePanic.Load() {
@@ -85,20 +89,23 @@ func (e *engine) tlsConnState(c *tls.Conn) (st *connState, bypass bool) {
 	}
 	fd := underlayFD(c.NetConn())
 	if fd == nil {
-		return e.otherTLSState(c), false
+		return e.otherTLSState(c), nil
 	}
 	ent, _ := e.conns.entry(fd)
 	ust := e.state(fd, ent)
 	if ust == nil {
-		return nil, false
+		return nil, nil
 	}
 	if ust.redirect {
-		return nil, tlsLayoutP.Load().client(unsafe.Pointer(c))
+		if tlsLayoutP.Load().client(unsafe.Pointer(c)) {
+			return nil, ust
+		}
+		return nil, nil
 	}
 	if t := ust.tlsSt.Load(); t != nil && t.tc == unsafe.Pointer(c) {
-		return t, false
+		return t, nil
 	}
-	return e.newTLSState(ust, c), false
+	return e.newTLSState(ust, c), nil
 }
 
 // newTLSState makes the state of the TLS connection c over the connection
@@ -174,8 +181,9 @@ func (e *engine) initStreams(st *connState) {
 	}
 }
 
-// tlsStatePanic makes tlsConnState panic (tests of failing open).
-var tlsStatePanic atomic.Bool
+// tlsStatePanic makes tlsConnState panic, tlsFactsPanic replayTLSState
+// (tests of failing open).
+var tlsStatePanic, tlsFactsPanic atomic.Bool
 
 // The doubles of (*tls.Conn).Read, Write and handshakeContext. With no
 // engine active they do what the originals do (tlslayout.go).
@@ -183,7 +191,10 @@ var tlsStatePanic atomic.Bool
 func tlsConnRead(c *tls.Conn, b []byte) (int, error) {
 	if e := active.Load(); e != nil && c != nil {
 		st, bypass := e.tlsConnState(c)
-		if bypass {
+		if bypass != nil {
+			if err := e.bypassHandshake(c, bypass); err != nil {
+				return 0, err
+			}
 			return c.NetConn().Read(b)
 		}
 		if st != nil && !st.broken.Load() {
@@ -196,7 +207,10 @@ func tlsConnRead(c *tls.Conn, b []byte) (int, error) {
 func tlsConnWrite(c *tls.Conn, b []byte) (int, error) {
 	if e := active.Load(); e != nil && c != nil {
 		st, bypass := e.tlsConnState(c)
-		if bypass {
+		if bypass != nil {
+			if err := e.bypassHandshake(c, bypass); err != nil {
+				return 0, err
+			}
 			return c.NetConn().Write(b)
 		}
 		if st != nil && !st.broken.Load() {
@@ -208,10 +222,13 @@ func tlsConnWrite(c *tls.Conn, b []byte) (int, error) {
 
 func tlsHandshakeContext(c *tls.Conn, ctx context.Context) error {
 	l := tlsLayoutP.Load()
-	if e := active.Load(); e != nil && c != nil && !l.complete(unsafe.Pointer(c)).Load() {
+	if c != nil && l.complete(unsafe.Pointer(c)).Load() {
+		return nil // as handshakeContext, without plainHandshake's deferreturn
+	}
+	if e := active.Load(); e != nil && c != nil {
 		st, bypass := e.tlsConnState(c)
-		if bypass {
-			return e.fakeHandshake(l, c)
+		if bypass != nil {
+			return e.fakeHandshake(l, c, bypass)
 		}
 		if st != nil {
 			return l.plainHandshake(c, ctx, runHandshake, func() { e.handshaken(l, st, c) })
@@ -221,6 +238,17 @@ func tlsHandshakeContext(c *tls.Conn, ctx context.Context) error {
 }
 
 func runHandshake(fn func(context.Context) error, ctx context.Context) error { return fn(ctx) }
+
+// bypassHandshake completes the handshake of a bypassed connection (see
+// fakeHandshake) on its first Read or Write, as crypto/tls's Read and
+// Write do, for a client that never calls Handshake itself.
+func (e *engine) bypassHandshake(c *tls.Conn, ust *connState) error {
+	l := tlsLayoutP.Load()
+	if l.complete(unsafe.Pointer(c)).Load() {
+		return nil
+	}
+	return e.fakeHandshake(l, c, ust)
+}
 
 // handshaken records what the handshake of st's connection negotiated.
 // Called with the connection's handshake lock held.
@@ -236,6 +264,7 @@ func (e *engine) handshaken(l *tlsLayout, st *connState, tc *tls.Conn) {
 		ALPN:        *(*string)(unsafe.Add(c, l.clientProtocol)),
 		Version:     *(*uint16)(unsafe.Add(c, l.vers)),
 		CipherSuite: *(*uint16)(unsafe.Add(c, l.cipherSuite)),
+		Curve:       *(*tls.CurveID)(unsafe.Add(c, l.curveID)),
 		Resumed:     *(*bool)(unsafe.Add(c, l.didResume)),
 		PeerCerts:   len(*(*[]unsafe.Pointer)(unsafe.Add(c, l.peerCerts))),
 	}
@@ -250,53 +279,99 @@ func (e *engine) handshaken(l *tlsLayout, st *connState, tc *tls.Conn) {
 }
 
 // fakeHandshake completes the handshake of a client connection that replay
-// mode redirected to the mock server, without a byte on the wire: the
-// connection then reads and writes plaintext (see tlsConnRead). Its
-// ConnectionState is plausible: TLS 1.3, TLS_AES_128_GCM_SHA256, X25519,
-// the configured server name, and http/1.1 as ALPN when the client offers
-// it (the mock server answers HTTP/1), else h2 when it offers that (a
-// gRPC client), else none. No certificate is presented, none is verified, and the config's
-// verification callbacks (VerifyPeerCertificate, VerifyConnection) are
-// not called. Close sends no close_notify.
-func (e *engine) fakeHandshake(l *tlsLayout, tc *tls.Conn) error {
+// mode redirected to the mock server (over ust), without a byte on the
+// wire: the connection then reads and writes plaintext (see tlsConnRead).
+// Its ConnectionState is the recorded one when the mock server knows it
+// (tlsfacts.go): version, cipher suite, key exchange group and ALPN as a
+// recorded handshake with the destination negotiated them, the server name
+// crypto/tls sends for the client's config; else plausibleState's. No
+// certificate is presented (PeerCertificates is empty), none is
+// verified, the config's verification callbacks (VerifyPeerCertificate,
+// VerifyConnection) are not called, DidResume is false, and
+// ExportKeyingMaterial fails. Close sends no close_notify.
+func (e *engine) fakeHandshake(l *tlsLayout, tc *tls.Conn, ust *connState) (err error) {
 	c := unsafe.Pointer(tc)
 	hsMu := (*sync.Mutex)(unsafe.Add(c, l.hsMutex))
 	hsMu.Lock()
 	defer hsMu.Unlock()
+	defer func() {
+		if r := recover(); r != nil {
+			// the handshake fails, the service goes on
+			e.recovered("tls-fake-handshake", r)
+			err = errors.New("retrace: the replayed TLS handshake failed inside the agent")
+		}
+	}()
 	if l.complete(c).Load() {
 		return nil
 	}
 	if err := *(*error)(unsafe.Add(c, l.hsErr)); err != nil {
 		return err
 	}
-	alpn, name := "", ""
-	if cfg := l.cfg(c); cfg != nil {
-		name = cfg.ServerName
-		if slices.Contains(cfg.NextProtos, "http/1.1") {
-			alpn = "http/1.1"
-		} else if slices.Contains(cfg.NextProtos, "h2") {
-			// A client of HTTP/2 only (grpc-go, which refuses a
-			// connection without it): the mock answers HTTP/2 by its
-			// preface (wire/http2).
-			alpn = "h2"
-		}
+	cfg := l.cfg(c)
+	st := e.replayTLSState(cfg, ust.dst)
+	name := ""
+	if cfg != nil {
+		name = sniName(cfg.ServerName)
 	}
-	if name == "" {
-		if host, _, err := net.SplitHostPort(tc.RemoteAddr().String()); err == nil {
-			name = host
-		}
-	}
-	*(*uint16)(unsafe.Add(c, l.vers)) = tls.VersionTLS13
+	*(*uint16)(unsafe.Add(c, l.vers)) = st.vers
 	*(*bool)(unsafe.Add(c, l.haveVers)) = true
-	*(*uint16)(unsafe.Add(c, l.cipherSuite)) = tls.TLS_AES_128_GCM_SHA256
-	*(*tls.CurveID)(unsafe.Add(c, l.curveID)) = tls.X25519
+	*(*uint16)(unsafe.Add(c, l.cipherSuite)) = st.suite
+	*(*tls.CurveID)(unsafe.Add(c, l.curveID)) = st.curve
 	*(*string)(unsafe.Add(c, l.serverName)) = name
-	*(*string)(unsafe.Add(c, l.clientProtocol)) = alpn
+	*(*string)(unsafe.Add(c, l.clientProtocol)) = st.alpn
+	*(*func(string, []byte, int) ([]byte, error))(unsafe.Add(c, l.ekm)) = noReplayEKM
 	*(*bool)(unsafe.Add(c, l.closeNotifySent)) = true
 	*(*int)(unsafe.Add(c, l.handshakes))++
 	l.complete(c).Store(true)
 	counters.tlsFaked.Add(1)
+	if st.recorded {
+		counters.tlsRecorded.Add(1)
+	}
 	return nil
+}
+
+// replayTLSState is the state a redirected client of cfg to dst gets:
+// the recorded one, else (logged once per destination) the plausible one.
+func (e *engine) replayTLSState(cfg *tls.Config, dst string) (st replayState) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.recovered("tls-facts", r)
+			st = plausibleState(cfg)
+		}
+	}()
+	if tlsFactsPanic.Load() {
+		panic("forced by a test")
+	}
+	q := trace.TLSQuery{Dst: dst}
+	if cfg != nil {
+		q.ServerName, q.ALPN = cfg.ServerName, cfg.NextProtos
+	}
+	a, err := e.tlsFacts.facts(e.now(), trace.CurrentID(), &q)
+	if err == nil {
+		if st, other, ok := recordedState(&a, cfg); ok {
+			if other != "" {
+				e.reportOnce("tls-alpn:"+dst, "a replayed TLS client offers none of the protocols recorded for its destination: its ALPN is chosen from its offer",
+					"dst", dst, "recorded", other, "offered", q.ALPN, "chosen", st.alpn)
+			}
+			return st
+		}
+	}
+	why := a.Reason
+	switch {
+	case err != nil:
+		why = fmt.Sprintf("the mock server could not be asked: %v", err)
+	case why == "":
+		why = fmt.Sprintf("no recorded handshake with %s has a version the client allows (or one this Go release knows)", a.Recorded)
+	}
+	e.reportOnce("tls-facts:"+dst, "a replayed TLS handshake gets a made-up ConnectionState, not the recorded one",
+		"dst", dst, "reason", why)
+	return plausibleState(cfg)
+}
+
+// noReplayEKM is the keying-material exporter of a replayed connection,
+// which has no keys.
+func noReplayEKM(string, []byte, int) ([]byte, error) {
+	return nil, errors.New("retrace: a replayed TLS connection has no keying material to export")
 }
 
 // tlsRead reads plaintext from the TLS connection of st.

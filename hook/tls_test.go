@@ -118,7 +118,7 @@ func TestTLSInfoReported(t *testing.T) {
 		mine++
 		require.NotNil(t, w.tls, "outbound bytes reported without TLS: %q", w.p)
 		require.Equal(t, hook.TLSInfo{ServerName: "localhost", ALPN: "http/1.1", Version: tls.VersionTLS13,
-			CipherSuite: w.tls.CipherSuite, PeerCerts: 2}, *w.tls, "the server presents its certificate and the CA")
+			CipherSuite: w.tls.CipherSuite, Curve: tls.X25519MLKEM768, PeerCerts: 2}, *w.tls, "the server presents its certificate and the CA")
 		require.Contains(t, w.p, "GET / HTTP/1.1")
 	}
 	require.NotZero(t, mine, "no outbound plaintext reported")
@@ -253,4 +253,45 @@ func TestTLSOverWrappedConn(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, mine, "the request's plaintext, charged to its trace")
+}
+
+// TestReplayTLSWriteFirst: a redirected TLS client that never calls
+// Handshake — it writes first, as crypto/tls lets it — gets its handshake
+// completed by its first Write, as crypto/tls would: ConnectionState says
+// so, with a plausible state when the mock has no recorded one (the
+// agenttest mock keeps none) and the server name crypto/tls sends; the
+// mock was asked, and exporting keying material fails rather than panics.
+func TestReplayTLSWriteFirst(t *testing.T) {
+	line := agenttest.NewLineServer(t)
+	mock := agenttest.NewMock(t, map[string]agenttest.Proto{line.Addr: agenttest.ProtoLine})
+	install(t, hook.Config{Mode: hook.Replay, MockAddr: mock.Addr, NoClock: true, Logger: discardLogger()})
+	before := hook.ReadStats()
+	nc, err := net.Dial("tcp", line.Addr)
+	require.NoError(t, err)
+	tc := tls.Client(nc, &tls.Config{ServerName: "line.internal.", NextProtos: []string{"x-line"}})
+	defer tc.Close()
+	defer trace.Bind(&trace.Trace{ID: "rt00000000000000wf"})()
+	require.False(t, tc.ConnectionState().HandshakeComplete)
+	_, err = fmt.Fprintf(tc, "GET rt00000000000000wf\n")
+	require.NoError(t, err)
+	buf := make([]byte, 256)
+	n, err := tc.Read(buf)
+	require.NoError(t, err)
+	require.Equal(t, agenttest.LineReply("GET rt00000000000000wf\n"), string(buf[:n]))
+	cs := tc.ConnectionState()
+	require.True(t, cs.HandshakeComplete)
+	require.Equal(t, uint16(tls.VersionTLS13), cs.Version)
+	require.Equal(t, tls.TLS_AES_128_GCM_SHA256, cs.CipherSuite)
+	require.Equal(t, tls.X25519MLKEM768, cs.CurveID)
+	require.Equal(t, "line.internal", cs.ServerName, "the name crypto/tls sends: no trailing dot")
+	require.Empty(t, cs.NegotiatedProtocol, "neither http/1.1 nor h2 offered")
+	require.Empty(t, cs.PeerCertificates)
+	_, err = cs.ExportKeyingMaterial("label", nil, 16)
+	require.Error(t, err)
+	after := hook.ReadStats()
+	require.Equal(t, before.TLSHandshakes+1, after.TLSHandshakes)
+	require.Equal(t, before.TLSRecorded, after.TLSRecorded, "the agenttest mock has no recorded state")
+	st := mock.Stats()
+	require.Empty(t, st.Errors)
+	require.Equal(t, 2, st.Conns, "the line connection and the agent's question")
 }

@@ -49,7 +49,7 @@ type tlsLayout struct {
 	// Offsets into tls.Conn.
 	conn, isClient, handshakeFn, quic, hsComplete, hsMutex, hsErr, vers, haveVers, config,
 	handshakes, didResume, cipherSuite, curveID, peerCerts, serverName, closeNotifySent,
-	clientProtocol, in, out, rawInput, input, hand, activeCall uintptr
+	clientProtocol, ekm, in, out, rawInput, input, hand, activeCall uintptr
 	// Offsets into its halfConn (in, out) and quicState.
 	hcErr, hcCipher, hcSecret    uintptr
 	qCtx, qCancel, qSig, qBlock  uintptr
@@ -117,6 +117,7 @@ func findTLSLayout() (*tlsLayout, error) {
 	field(ct, &l.serverName, "serverName", kind(reflect.String))
 	field(ct, &l.closeNotifySent, "closeNotifySent", kind(reflect.Bool))
 	field(ct, &l.clientProtocol, "clientProtocol", kind(reflect.String))
+	field(ct, &l.ekm, "ekm", is(reflect.TypeFor[func(string, []byte, int) ([]byte, error)]()))
 	field(ct, &l.rawInput, "rawInput", is(reflect.TypeFor[bytes.Buffer]()))
 	field(ct, &l.input, "input", is(reflect.TypeFor[bytes.Reader]()))
 	field(ct, &l.hand, "hand", is(reflect.TypeFor[bytes.Buffer]()))
@@ -232,15 +233,20 @@ func (e *permanentError) Unwrap() error   { return e.err }
 func (e *permanentError) Timeout() bool   { return e.err.Timeout() }
 func (e *permanentError) Temporary() bool { return false }
 
-// plainRead is (*tls.Conn).Read.
+// plainRead is (*tls.Conn).Read. (Its Handshake call, and Write's, is
+// made only while the handshake is not complete: Handshake returns at once
+// then, but through handshakeContext's double and plainHandshake, whose
+// defers cost a deferreturn even on that early return.)
 func (l *tlsLayout) plainRead(tc *tls.Conn, b []byte) (int, error) {
-	if err := tc.Handshake(); err != nil {
-		return 0, err
+	c := unsafe.Pointer(tc)
+	if !l.complete(c).Load() {
+		if err := tc.Handshake(); err != nil {
+			return 0, err
+		}
 	}
 	if len(b) == 0 {
 		return 0, nil
 	}
-	c := unsafe.Pointer(tc)
 	in := l.inMu(c)
 	in.Lock()
 	defer in.Unlock()
@@ -282,8 +288,10 @@ func (l *tlsLayout) plainWrite(tc *tls.Conn, b []byte) (int, error) {
 		}
 	}
 	defer active.Add(-2)
-	if err := tc.Handshake(); err != nil {
-		return 0, err
+	if !l.complete(c).Load() {
+		if err := tc.Handshake(); err != nil {
+			return 0, err
+		}
 	}
 	out := l.outHC(c)
 	mu := (*sync.Mutex)(out)

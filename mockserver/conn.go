@@ -188,6 +188,9 @@ func (c *conn) run() error {
 			if h.Dst == trace.RandomDst {
 				return c.serveRandom()
 			}
+			if h.Dst == trace.TLSDst {
+				return c.serveTLS()
+			}
 			if real, ok := c.s.cfg.passthrough(h.Dst); ok {
 				return c.passthrough(real)
 			}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/trace"
 	"github.com/retrace-dev/retrace/wire"
 	"github.com/retrace-dev/retrace/wire/protocols"
 )
@@ -20,6 +21,7 @@ type index struct {
 	mu       sync.RWMutex
 	sessions map[string]*sessionEntry
 	dsts     map[string]*dstInfo
+	tls      map[string][]trace.TLSFacts // TLS facts by destination (tlsfacts.go)
 }
 
 // sessionEntry is one loaded recording.
@@ -103,6 +105,7 @@ func (ix *index) add(s *recording.Session) {
 	ix.sessions[s.ID] = &sessionEntry{s: s}
 	for i := range s.Calls {
 		c := &s.Calls[i]
+		ix.addTLS(c)
 		d := ix.dsts[c.Dst]
 		if d == nil || d.proto == protoRaw && c.Proto != protoRaw {
 			// A protocol the recorder recognised on any connection to dst

@@ -155,6 +155,18 @@ func appendTLS(b []byte, t *TLS) []byte {
 		b = append(b, `,"alpn":`...)
 		b = appendString(b, t.ALPN)
 	}
+	if t.Version != "" {
+		b = append(b, `,"tls_version":`...)
+		b = appendString(b, t.Version)
+	}
+	if t.CipherSuite != "" {
+		b = append(b, `,"cipher_suite":`...)
+		b = appendString(b, t.CipherSuite)
+	}
+	if t.Curve != "" {
+		b = append(b, `,"curve":`...)
+		b = appendString(b, t.Curve)
+	}
 	if t.Note != "" {
 		b = append(b, `,"note":`...)
 		b = appendString(b, t.Note)

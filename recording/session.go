@@ -110,12 +110,18 @@ type Call struct {
 }
 
 // TLS says how a connection was encrypted; the zero value is plain TCP.
-// Schema v1 (additive): "tls":true, "server_name", "alpn" and "note", each
-// omitted when empty.
+// Schema v1 (additive): "tls":true, "server_name", "alpn", "tls_version",
+// "cipher_suite", "curve" and "note", each omitted when empty.
 type TLS struct {
 	On         bool   // "tls": the bytes recorded are the plaintext of a TLS connection
 	ServerName string // "server_name": SNI sent by the client
 	ALPN       string // "alpn": the application protocol negotiated
+	// What the handshake negotiated, by crypto/tls's names ("TLS 1.3",
+	// "TLS_AES_128_GCM_SHA256", "X25519MLKEM768"): a replay hands them
+	// back to the application in its ConnectionState.
+	Version     string // "tls_version"
+	CipherSuite string // "cipher_suite"
+	Curve       string // "curve": the key exchange group, "" for none (TLS 1.2 RSA)
 	// Note says, in words, what of the connection was not decoded (HTTP/2
 	// negotiated through ALPN, recorded as raw bytes).
 	Note string // "note"
@@ -130,6 +136,9 @@ type inboundJSON struct {
 	TLS               bool    `json:"tls,omitempty"`
 	ServerName        string  `json:"server_name,omitempty"`
 	ALPN              string  `json:"alpn,omitempty"`
+	TLSVersion        string  `json:"tls_version,omitempty"`
+	CipherSuite       string  `json:"cipher_suite,omitempty"`
+	Curve             string  `json:"curve,omitempty"`
 	Note              string  `json:"note,omitempty"`
 	Request           *string `json:"request,omitempty"`
 	RequestB64        []byte  `json:"request_b64,omitempty"`
@@ -151,6 +160,9 @@ type callJSON struct {
 	TLS               bool    `json:"tls,omitempty"`
 	ServerName        string  `json:"server_name,omitempty"`
 	ALPN              string  `json:"alpn,omitempty"`
+	TLSVersion        string  `json:"tls_version,omitempty"`
+	CipherSuite       string  `json:"cipher_suite,omitempty"`
+	Curve             string  `json:"curve,omitempty"`
 	Note              string  `json:"note,omitempty"`
 	Request           *string `json:"request,omitempty"`
 	RequestB64        []byte  `json:"request_b64,omitempty"`
@@ -186,7 +198,8 @@ func joinPayload(s *string, b []byte) []byte {
 func (in Inbound) MarshalJSON() ([]byte, error) {
 	j := inboundJSON{Proto: in.Proto, Local: in.Local, Remote: in.Remote, StartNs: in.StartNs, DurNs: in.DurNs,
 		RequestTruncated: in.RequestTruncated, ResponseTruncated: in.ResponseTruncated,
-		TLS: in.TLS.On, ServerName: in.TLS.ServerName, ALPN: in.TLS.ALPN, Note: in.TLS.Note}
+		TLS: in.TLS.On, ServerName: in.TLS.ServerName, ALPN: in.TLS.ALPN, Note: in.TLS.Note,
+		TLSVersion: in.TLS.Version, CipherSuite: in.TLS.CipherSuite, Curve: in.TLS.Curve}
 	j.Request, j.RequestB64 = splitPayload(in.Request)
 	j.Response, j.ResponseB64 = splitPayload(in.Response)
 	return json.Marshal(j)
@@ -201,7 +214,8 @@ func (in *Inbound) UnmarshalJSON(b []byte) error {
 	*in = Inbound{Proto: j.Proto, Local: j.Local, Remote: j.Remote, StartNs: j.StartNs, DurNs: j.DurNs,
 		Request: joinPayload(j.Request, j.RequestB64), Response: joinPayload(j.Response, j.ResponseB64),
 		RequestTruncated: j.RequestTruncated, ResponseTruncated: j.ResponseTruncated,
-		TLS: TLS{On: j.TLS, ServerName: j.ServerName, ALPN: j.ALPN, Note: j.Note}}
+		TLS: TLS{On: j.TLS, ServerName: j.ServerName, ALPN: j.ALPN, Note: j.Note,
+			Version: j.TLSVersion, CipherSuite: j.CipherSuite, Curve: j.Curve}}
 	return nil
 }
 
@@ -209,7 +223,8 @@ func (in *Inbound) UnmarshalJSON(b []byte) error {
 func (c Call) MarshalJSON() ([]byte, error) {
 	j := callJSON{Seq: c.Seq, Proto: c.Proto, Dst: c.Dst, Host: c.Host, Setup: c.Setup, Conn: c.Conn, StartNs: c.StartNs, DurNs: c.DurNs,
 		RequestTruncated: c.RequestTruncated, ResponseTruncated: c.ResponseTruncated, Decoded: c.Decoded, CallNote: c.Note,
-		TLS: c.TLS.On, ServerName: c.TLS.ServerName, ALPN: c.TLS.ALPN, Note: c.TLS.Note}
+		TLS: c.TLS.On, ServerName: c.TLS.ServerName, ALPN: c.TLS.ALPN, Note: c.TLS.Note,
+		TLSVersion: c.TLS.Version, CipherSuite: c.TLS.CipherSuite, Curve: c.TLS.Curve}
 	j.Request, j.RequestB64 = splitPayload(c.Request)
 	j.Response, j.ResponseB64 = splitPayload(c.Response)
 	return json.Marshal(j)
@@ -224,7 +239,8 @@ func (c *Call) UnmarshalJSON(b []byte) error {
 	*c = Call{Seq: j.Seq, Proto: j.Proto, Dst: j.Dst, Host: j.Host, Setup: j.Setup, Conn: j.Conn, StartNs: j.StartNs, DurNs: j.DurNs,
 		Request: joinPayload(j.Request, j.RequestB64), Response: joinPayload(j.Response, j.ResponseB64),
 		RequestTruncated: j.RequestTruncated, ResponseTruncated: j.ResponseTruncated, Decoded: j.Decoded, Note: j.CallNote,
-		TLS: TLS{On: j.TLS, ServerName: j.ServerName, ALPN: j.ALPN, Note: j.Note}}
+		TLS: TLS{On: j.TLS, ServerName: j.ServerName, ALPN: j.ALPN, Note: j.Note,
+			Version: j.TLSVersion, CipherSuite: j.CipherSuite, Curve: j.Curve}}
 	return nil
 }
 

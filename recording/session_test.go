@@ -42,7 +42,8 @@ func TestCodecRoundTrip(t *testing.T) {
 			Inbound: Inbound{Proto: "http", Request: []byte("GET"), RequestTruncated: true, ResponseTruncated: true}}},
 		{"tls", &Session{ID: "t", At: time.Unix(5, 0).UTC(),
 			Inbound: Inbound{Proto: "http", TLS: TLS{On: true, ServerName: "orders", ALPN: "http/1.1"}},
-			Calls: []Call{{Proto: "http", Dst: "1.2.3.4:443", TLS: TLS{On: true, ServerName: "pay.example", ALPN: "http/1.1"},
+			Calls: []Call{{Proto: "http", Dst: "1.2.3.4:443", TLS: TLS{On: true, ServerName: "pay.example", ALPN: "http/1.1",
+				Version: "TLS 1.3", CipherSuite: "TLS_AES_128_GCM_SHA256", Curve: "X25519MLKEM768"},
 				Request: []byte("GET / HTTP/1.1\r\n\r\n")},
 				{Proto: "raw", TLS: TLS{On: true, ALPN: "h2", Note: "HTTP/2 not decoded"}, Request: []byte("PRI")}}}},
 	}

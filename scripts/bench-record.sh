@@ -9,6 +9,8 @@
 #
 #   scripts/bench-record.sh              6 runs of the working tree
 #   scripts/bench-record.sh 8 HEAD~1     8 runs each, HEAD~1 and the working tree
+#   CAPTURE_BENCH_TLS=1 scripts/bench-record.sh 5 main
+#                                        the HTTP downstream over HTTPS (docs/recording.md#https-fan-out-record-mode-cost)
 #
 # Needs the Redis and MariaDB of the tests: RETRACE_TEST_REDIS and
 # RETRACE_TEST_MYSQL as for `go test` (docs/recording.md). One run takes

@@ -24,6 +24,8 @@
 #   scripts/perf-record.sh                 recording 100%, 3 rounds of 8 x 500 requests
 #   scripts/perf-record.sh 0.01 5 1000     recording 1%, 5 rounds of 8 x 1000
 #   KEEP=1 scripts/perf-record.sh          keeps the profiles and says where
+#   TLS=1 scripts/perf-record.sh           the HTTP downstream over HTTPS (a CA
+#                                          made with openssl for the run)
 #
 # Needs perf (Debian: linux-perf), curl, and the Redis and MariaDB of the
 # tests: RETRACE_TEST_REDIS and RETRACE_TEST_MYSQL as for `go test`
@@ -47,6 +49,7 @@ if ! [[ "$RATE" =~ ^(1|0?\.[0-9]+)$ ]]; then
 	exit 2
 fi
 need_tools "linux-perf curl" perf curl
+if [ -n "${TLS:-}" ]; then need_tools openssl openssl; fi
 need_test_dbs
 
 work=$(mktemp -d /tmp/retrace-perf-record.XXXXXX)
@@ -59,10 +62,25 @@ trap cleanup EXIT
 
 go test -c -o "$work/capture.test" ./recording/capture/
 
+# TLS=1: a CA and a certificate for 127.0.0.1, the downstream's
+scheme=http echo_env=() tls_env=()
+if [ -n "${TLS:-}" ]; then
+	(cd "$work" &&
+		openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=perf-ca \
+			-keyout ca.key -out ca.pem 2>/dev/null &&
+		openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=127.0.0.1 \
+			-keyout leaf.key -out leaf.csr 2>/dev/null &&
+		printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >leaf.ext &&
+		openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 -extfile leaf.ext \
+			-out leaf.pem 2>/dev/null)
+	scheme=https echo_env=(CAPTURE_TEST_ECHO_CERT="$work/leaf.pem" CAPTURE_TEST_ECHO_KEY="$work/leaf.key")
+	tls_env=(CAPTURE_TEST_DOWN_CA="$work/ca.pem")
+fi
+
 # The HTTP downstream, for all runs; its standard input stays open (fd 7)
 # until the script ends.
 mkfifo "$work/echo.in"
-CAPTURE_TEST_CHILD=echo "$work/capture.test" -test.run='^$' <"$work/echo.in" >"$work/echo.out" &
+env ${echo_env[@]+"${echo_env[@]}"} CAPTURE_TEST_CHILD=echo "$work/capture.test" -test.run='^$' <"$work/echo.in" >"$work/echo.out" &
 pids+=($!)
 exec 7>"$work/echo.in"
 for _ in $(seq 100); do [ -s "$work/echo.out" ] && break; sleep 0.1; done
@@ -86,7 +104,7 @@ send() {
 # run MODE RUN: one service process, warmed up, then profiled
 run() {
 	local mode=$1 k=$2 out=$work/$1-$2
-	local env=(CAPTURE_TEST_CHILD=fanout CAPTURE_TEST_DOWN="http://$echo_addr")
+	local env=(CAPTURE_TEST_CHILD=fanout CAPTURE_TEST_DOWN="$scheme://$echo_addr" ${tls_env[@]+"${tls_env[@]}"})
 	if [ "$mode" != off ]; then
 		env+=(RETRACE_MODE=record RETRACE_RECORD="file://$out.rec" RETRACE_SAMPLE="$RATE")
 	fi

@@ -149,6 +149,10 @@ func (m *Mock) serve(c net.Conn) {
 		return
 	}
 	dst := h.Dst
+	if dst == trace.TLSDst {
+		m.serveTLS(fr, c)
+		return
+	}
 	proto := m.protos[dst]
 	if proto == 0 {
 		m.errorf("preamble names unknown destination %s", dst)
@@ -181,6 +185,23 @@ func (m *Mock) serve(c net.Conn) {
 			if _, err := c.Write(out); err != nil {
 				return
 			}
+		}
+	}
+}
+
+// serveTLS answers an agent's questions for recorded TLS facts
+// (trace.TLSDst) as a mock server with no recording of TLS does.
+func (m *Mock) serveTLS(fr *trace.FrameReader, c net.Conn) {
+	for {
+		_, p, err := fr.Next()
+		if err != nil {
+			return
+		}
+		if len(p) == 0 {
+			continue
+		}
+		if _, err := c.Write([]byte(`{"reason":"the agenttest mock keeps no TLS facts"}` + "\n")); err != nil {
+			return
 		}
 	}
 }

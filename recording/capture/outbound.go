@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"crypto/tls"
 	"sync"
 
 	"github.com/retrace-dev/retrace/hook"
@@ -180,7 +181,35 @@ func tlsOf(t *hook.TLSInfo) recording.TLS {
 	if t == nil {
 		return recording.TLS{}
 	}
-	return recording.TLS{On: true, ServerName: t.ServerName, ALPN: t.ALPN}
+	r := recording.TLS{On: true, ServerName: t.ServerName, ALPN: t.ALPN}
+	if t.Version != 0 {
+		r.Version = tls.VersionName(t.Version)
+		r.CipherSuite = suiteName(t.CipherSuite)
+	}
+	if t.Curve != 0 {
+		r.Curve = t.Curve.String()
+	}
+	return r
+}
+
+// suiteNames are crypto/tls's names of the cipher suites it knows, by id:
+// tls.CipherSuiteName builds its lists anew on every call.
+var suiteNames = sync.OnceValue(func() map[uint16]string {
+	m := map[uint16]string{}
+	for _, list := range [][]*tls.CipherSuite{tls.CipherSuites(), tls.InsecureCipherSuites()} {
+		for _, c := range list {
+			m[c.ID] = c.Name
+		}
+	}
+	return m
+})
+
+// suiteName is tls.CipherSuiteName(id).
+func suiteName(id uint16) string {
+	if n, ok := suiteNames()[id]; ok {
+		return n
+	}
+	return tls.CipherSuiteName(id)
 }
 
 // outConnOf returns the state of a dialled connection, made on first use;

@@ -95,7 +95,7 @@ type demo struct {
 	out    io.Writer
 	res    Result
 	dn     *Downstreams
-	log    *os.File         // the service processes' output
+	log    *os.File            // the service processes' output
 	schema *descriptors.Schema // the fraud service's, for gRPC messages by name
 }
 

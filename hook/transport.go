@@ -77,9 +77,12 @@ func transportRoundTrip(t *http.Transport, req *http.Request) (*http.Response, e
 // Write hook; HTTP/2 (h2c, or h2 negotiated over TLS) sends it as the
 // stream's retrace-trace-id field, which the mock reads in replay mode and
 // the write hook's rewriter removes before a real server (h2out.go). In
-// replay mode an HTTPS transport that may negotiate HTTP/2 carries none:
-// the mock's connections speak HTTP/1, and another destination's h2 would
-// need the rewriter, which a failure may have turned off (h2Broken).
+// replay mode an HTTPS transport that may negotiate HTTP/2 carries it too:
+// the agent's handshake with such a client negotiates the recorded ALPN,
+// h2 for a destination recorded as HTTP/2, and the mock answers each
+// stream by the trace it carries (a passthrough h2 destination is not
+// rewritten in replay mode: its server sees the field). In record mode a
+// rewriter failure (h2Broken) turns it off.
 // inBand reports that the request sent carries a trace in TraceHeader.
 func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request, inBand bool) {
 	defer func() {
@@ -96,7 +99,7 @@ func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request,
 	case "https":
 		// not with a TLS dialer of the transport's own: its TLS may not be
 		// crypto/tls, whose Write hook strips the header
-		if !e.tls || t == nil || tlsDialer(t) || mayHTTP2(t) && (e.cfg.Mode != Record || e.h2Broken.Load()) {
+		if !e.tls || t == nil || tlsDialer(t) || mayHTTP2(t) && e.cfg.Mode == Record && e.h2Broken.Load() {
 			return req, false
 		}
 	default:

@@ -356,6 +356,9 @@ func TestMockH2C(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		b, err := io.ReadAll(resp.Body)
+		if m := resp.Header.Get("X-Retrace-Missing"); m != "" && !strings.Contains(string(b), m) {
+			return "", fmt.Errorf("X-Retrace-Missing %q is not the reason in the body %q", m, b)
+		}
 		return fmt.Sprintf("%s %d %s %s", resp.Proto, resp.StatusCode, resp.Header.Get("X-Echo"), b), err
 	}
 	client := func(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Client {

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
@@ -412,6 +414,66 @@ func TestGRPCRecordedByAgentReplayedByMock(t *testing.T) {
 		}
 		if streams[id] != 7 || matched != 7 || len(r.Unused) != 0 {
 			t.Errorf("request %d: %d gRPC calls recorded, %d matched, %d unused", i, streams[id], matched, len(r.Unused))
+		}
+	}
+}
+
+// TestGRPCOverTLSThroughAgent: a grpc-go client with TLS credentials (ALPN
+// h2 only) to a recorded gRPC destination, under the agent in replay
+// mode: the agent completes the handshake itself (no certificate
+// anywhere) and the mock server answers the plaintext HTTP/2 behind it,
+// 64 traces over one ClientConn, each from its own recording.
+func TestGRPCOverTLSThroughAgent(t *testing.T) {
+	const n = 64
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := l.Addr().String()
+	tap := mocktest.NewH2Listener(l)
+	gs := grpc.NewServer()
+	testpb.RegisterTestServiceServer(gs, &grpctest.Service{})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = gs.Serve(tap) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	unary := func(cc *grpc.ClientConn, bind bool) map[string]string {
+		return eachTrace(n, "tls", bind, func(tag string) (string, error) {
+			c := metadata.AppendToOutgoingContext(ctx, "x-trace", tag)
+			r, err := testpb.NewTestServiceClient(cc).UnaryCall(c, &testpb.SimpleRequest{ResponseSize: 64, Payload: grpctest.Payload([]byte(tag), 8)})
+			if err != nil {
+				return "", err
+			}
+			return string(r.GetPayload().GetBody()), nil
+		})
+	}
+	cc, err := grpc.NewClient(dst, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := unary(cc, false)
+	cc.Close()
+	time.Sleep(20 * time.Millisecond)
+	gs.Stop()
+	<-done
+
+	srv := mocktest.NewServer(t, mockserver.Config{}, tap.Sessions(t, dst, xTraceOf)...)
+	undo, err := hook.Install(hook.Config{Mode: hook.Replay, MockAddr: srv.Addr(), NoClock: true,
+		Passthrough: []string{strings.TrimPrefix(srv.AdminURL(), "http://")}})
+	if err != nil {
+		t.Fatalf("installing the agent: %v", err)
+	}
+	defer undo()
+	creds := credentials.NewTLS(&tls.Config{ServerName: "inventory.internal", MinVersion: tls.VersionTLS12})
+	cc2, err := grpc.NewClient(dst, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc2.Close()
+	got := unary(cc2, true)
+	for tag, w := range want {
+		if strings.HasPrefix(w, "error") || got[tag] != w {
+			t.Errorf("%s: replayed %q, recorded %q", tag, got[tag], w)
 		}
 	}
 }

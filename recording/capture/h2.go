@@ -140,6 +140,8 @@ func (r *Recorder) h2Frame(oc *outConn, from http2.Side, f *http2.Frame, x *http
 	}
 	if c.keep {
 		hc.calls[x.StreamID] = c
+	} else {
+		x.Keep(0) // followed for the connection's sake, its data not kept
 	}
 }
 

@@ -2,6 +2,7 @@ package capture
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -101,30 +102,10 @@ func (r *Recorder) h2InFeed(c *hook.ConnInfo, side http2.Side, p []byte) {
 	if h == nil {
 		return
 	}
-	h.mu.Lock()
-	if h.failed {
-		h.mu.Unlock()
+	done, lost, err := h.feed(side, p)
+	if err == nil && lost == nil && done == nil {
 		return
 	}
-	var err error
-	if side == http2.Client {
-		err = h.conn.Client(p)
-	} else {
-		err = h.conn.Server(p)
-	}
-	var lost []*active
-	if err != nil {
-		// The connection's HPACK state or framing is lost: no later
-		// stream can be decoded. The sessions in progress go as
-		// incomplete, and the connection is logged once.
-		h.failed = true
-		for id, a := range h.streams {
-			lost = append(lost, a)
-			delete(h.streams, id)
-		}
-	}
-	done := h.take(h.conn.Exchanges())
-	h.mu.Unlock()
 	if err != nil {
 		r.h2Failed.Add(1)
 		if r.log != nil && r.h2Logged.CompareAndSwap(false, true) {
@@ -138,6 +119,39 @@ func (r *Recorder) h2InFeed(c *hook.ConnInfo, side http2.Side, p []byte) {
 	for _, d := range done {
 		r.finishStream(d.a, d.x)
 	}
+}
+
+// feed feeds one direction's bytes and returns the sampled streams that
+// ended; when the connection can no longer be followed (an error, or a
+// panic of the decoder, recovered here so that the lock is released and
+// the application's I/O goes on), the sessions in progress are lost with
+// err.
+func (h *h2In) feed(side http2.Side, p []byte) (done []streamDone, lost []*active, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.failed {
+		return nil, nil, nil
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("capture: HTTP/2 decoder panic: %v", v)
+		}
+		if err != nil {
+			// The connection's HPACK state or framing is lost: no later
+			// stream can be decoded.
+			h.failed = true
+			for id, a := range h.streams {
+				lost = append(lost, a)
+				delete(h.streams, id)
+			}
+		}
+	}()
+	if side == http2.Client {
+		err = h.conn.Client(p)
+	} else {
+		err = h.conn.Server(p)
+	}
+	return h.take(h.conn.Exchanges()), nil, err
 }
 
 // streamDone is a sampled stream whose exchange ended.
@@ -223,24 +237,34 @@ func (r *Recorder) h2Closed(ic *inbound) {
 	if h == nil {
 		return
 	}
-	h.mu.Lock()
-	var done []streamDone
-	if !h.failed {
-		done = h.take(h.conn.Close("the connection closed"))
-	}
-	rest := make([]*active, 0, len(h.streams))
-	for id, a := range h.streams {
-		rest = append(rest, a)
-		delete(h.streams, id)
-	}
-	h.failed = true
-	h.mu.Unlock()
+	done, rest := h.close()
 	for _, d := range done {
 		r.finishStream(d.a, d.x)
 	}
 	for _, a := range rest {
 		r.dropIncomplete(a)
 	}
+}
+
+// close ends the connection's streams: those that ended (or were open)
+// with their exchanges, and the sessions left without one.
+func (h *h2In) close() (done []streamDone, rest []*active) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	defer func() {
+		if v := recover(); v != nil {
+			done = nil // the Conn is broken: every session left goes as incomplete
+		}
+		for id, a := range h.streams {
+			rest = append(rest, a)
+			delete(h.streams, id)
+		}
+		h.failed = true
+	}()
+	if !h.failed {
+		done = h.take(h.conn.Close("the connection closed"))
+	}
+	return done, nil
 }
 
 func (r *Recorder) dropIncomplete(a *active) {

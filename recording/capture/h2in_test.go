@@ -22,6 +22,7 @@ import (
 	"golang.org/x/net/http2/h2c"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
@@ -654,4 +655,61 @@ func TestRecordGRPCCancelled(t *testing.T) {
 	}))
 	require.Equal(t, n, reset)
 	require.Equal(t, n, whole)
+}
+
+// TestRecordGRPCOverTLS: a grpc-go server with TLS credentials (h2 by
+// ALPN), 16 clients over one ClientConn: every call is a grpc session
+// marked TLS with ALPN h2 and no note, holding its handler's downstream
+// call.
+func TestRecordGRPCOverTLS(t *testing.T) {
+	rec, store := installRecorder(t, "grpc", *sampler(t, 1))
+	down, _ := startChild(t, "echo")
+	hc := newClient(16)
+	defer hc.CloseIdleConnections()
+	ca := certtest.New(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	svc := &grpctest.Service{OnCall: func(md metadata.MD) {
+		if v := md.Get("x-trace"); len(v) > 0 {
+			_ = echoGet(hc, down, v[0])
+		}
+	}}
+	grpctest.ServeService(t, ln, svc, grpc.Creds(credentials.NewTLS(ca.ServerConfig(t))))
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(ca.ClientConfig())))
+	require.NoError(t, err)
+	defer cc.Close()
+	const clients = 16
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for range clients {
+		tag := "tg" + newReqID()[2:]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := grpctest.Exercise(context.Background(), cc, tag); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	require.NoError(t, cc.Close())
+	require.Eventually(t, func() bool { return rec.Stats().Active == 0 }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, rec.Flush(context.Background()))
+	n := 0
+	require.NoError(t, store.Scan(context.Background(), func(s *recording.Session) error {
+		if s.Inbound.Local != ln.Addr().String() {
+			return nil
+		}
+		n++
+		checkGRPCSession(t, s)
+		require.True(t, s.Inbound.TLS.On, "session %s", s.ID)
+		require.Equal(t, "h2", s.Inbound.TLS.ALPN, "session %s", s.ID)
+		require.Empty(t, s.Inbound.TLS.Note, "session %s", s.ID)
+		return nil
+	}))
+	require.Equal(t, clients*5, n)
 }

@@ -2,10 +2,17 @@ package regress_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/retrace-dev/retrace/internal/grpctest"
 	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/mockserver/mocktest"
 	"github.com/retrace-dev/retrace/recording"
@@ -116,4 +123,69 @@ func BenchmarkMovedDestinations(b *testing.B) {
 	b.ReportMetric(recorded/float64(rounds*b.N), "recorded-sessions/s")
 	b.ReportMetric(moved/float64(rounds*b.N), "moved-sessions/s")
 	b.ReportMetric(moved/recorded, "moved/recorded")
+}
+
+// BenchmarkReplayGRPC measures gRPC sessions replayed and compared per
+// second at concurrency 64 (every kind of call: unary, a status, server-
+// and client-streaming, bidirectional, health; each session one stream of
+// the runner's shared connections, its response decoded and diffed field
+// by field) against a grpc-go server, and the same calls made by a grpc-go
+// client over one ClientConn, 64 traces at once, in the same run: the
+// ratio is the runner's rate against the client's.
+//
+//	go test -run XXX -bench ReplayGRPC -benchtime 3000x ./replayer/regress
+func BenchmarkReplayGRPC(b *testing.B) {
+	sessions := replaytest.RecordGRPC(b, 16)
+	target := replaytest.ServeGRPC(b, &grpctest.Service{})
+	n := b.N
+	src := regress.SourceFunc(func(ctx context.Context, fn func(*recording.Session) error) error {
+		for i := 0; i < n; i++ {
+			if err := fn(sessions[i%len(sessions)]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	b.ResetTimer()
+	start := time.Now()
+	failed := 0
+	err := regress.Run(context.Background(), regress.Config{Source: src, Target: target, Concurrency: 64}, func(r *regress.Result) {
+		if r.Status != regress.Passed {
+			failed++
+		}
+	})
+	replay := time.Since(start)
+	b.StopTimer()
+	if err != nil || failed > 0 {
+		b.Fatalf("%v; %d failed", err, failed)
+	}
+	cc, err := grpc.NewClient(strings.TrimPrefix(target, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Close()
+	traces := max(1, n/replaytest.GRPCCallsPerTrace)
+	work := make(chan int, traces)
+	for i := range traces {
+		work <- i
+	}
+	close(work)
+	start = time.Now()
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for i := range work {
+				if err := replaytest.GRPCCalls(context.Background(), cc, fmt.Sprintf("b%05d", i)); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	direct := time.Since(start)
+	replayRate := float64(n) / replay.Seconds()
+	directRate := float64(traces*replaytest.GRPCCallsPerTrace) / direct.Seconds()
+	b.ReportMetric(replayRate, "sessions/s")
+	b.ReportMetric(directRate, "client-calls/s")
+	b.ReportMetric(replayRate/directRate, "ratio")
 }

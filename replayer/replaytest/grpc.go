@@ -34,7 +34,7 @@ const GRPCCallsPerTrace = 6
 // server streaming ("-out"), client streaming ("-in"), bidirectional
 // ("-bidi") and a health check ("-health"), each RPC a session whose id is
 // its tag ("t03-unary") and whose request carries x-trace: <tag>.
-func RecordGRPC(t *testing.T, traces int) []*recording.Session {
+func RecordGRPC(t testing.TB, traces int) []*recording.Session {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -52,7 +52,7 @@ func RecordGRPC(t *testing.T, traces int) []*recording.Session {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := grpcCalls(context.Background(), cc, fmt.Sprintf("t%02d", i)); err != nil {
+			if err := GRPCCalls(context.Background(), cc, fmt.Sprintf("t%02d", i)); err != nil {
 				errs <- err
 			}
 		}()
@@ -73,7 +73,7 @@ func RecordGRPC(t *testing.T, traces int) []*recording.Session {
 
 // serveGRPC serves svc (and the health and reflection services) on l
 // until the returned function is called (or the test ends).
-func serveGRPC(t *testing.T, l net.Listener, svc testpb.TestServiceServer, opts ...grpc.ServerOption) (stop func()) {
+func serveGRPC(t testing.TB, l net.Listener, svc testpb.TestServiceServer, opts ...grpc.ServerOption) (stop func()) {
 	t.Helper()
 	srv := grpc.NewServer(opts...)
 	testpb.RegisterTestServiceServer(srv, svc)
@@ -98,9 +98,9 @@ func (healthServer) Check(context.Context, *healthpb.HealthCheckRequest) (*healt
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
 
-// grpcCalls makes one trace's RPCs; each carries "x-id", the session id
-// the recorder gives it.
-func grpcCalls(ctx context.Context, cc *grpc.ClientConn, tag string) error {
+// GRPCCalls makes one trace's RPCs, those RecordGRPC records (tagged
+// tag); each carries "x-id", the session id the recorder gives it.
+func GRPCCalls(ctx context.Context, cc *grpc.ClientConn, tag string) error {
 	c := testpb.NewTestServiceClient(cc)
 	id := func(kind string) context.Context {
 		return metadata.AppendToOutgoingContext(ctx, "x-id", tag+"-"+kind, "x-trace", tag)
@@ -208,7 +208,7 @@ func (s *ChangedGRPC) StreamingInputCall(stream grpc.ClientStreamingServer[testp
 
 // ServeGRPC serves svc (with the health and reflection services) on a
 // fresh port until the test ends and returns its http:// URL.
-func ServeGRPC(t *testing.T, svc testpb.TestServiceServer) string {
+func ServeGRPC(t testing.TB, svc testpb.TestServiceServer) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -220,7 +220,7 @@ func ServeGRPC(t *testing.T, svc testpb.TestServiceServer) string {
 
 // ServeGRPCTLS is ServeGRPC over TLS with cfg (a certificate for
 // 127.0.0.1); it returns the https:// URL.
-func ServeGRPCTLS(t *testing.T, svc testpb.TestServiceServer, cfg *tls.Config) string {
+func ServeGRPCTLS(t testing.TB, svc testpb.TestServiceServer, cfg *tls.Config) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

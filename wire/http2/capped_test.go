@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	xhttp2 "golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/retrace-dev/retrace/wire/http2"
@@ -58,5 +59,33 @@ func TestWithoutRetrace(t *testing.T) {
 	kept, tid := http2.WithoutRetrace(in)
 	if tid != "t1" || len(kept) != 2 || kept[0].Name != ":path" || kept[1].Name != "x-retrace" {
 		t.Fatalf("%q, %v", tid, kept)
+	}
+}
+
+// TestExchangeKeep: a stream bounded once its request's headers are
+// framed keeps no data beyond the bound, and counts what it dropped.
+func TestExchangeKeep(t *testing.T) {
+	var buf bytes.Buffer
+	buf.WriteString(http2.ClientPreface)
+	fr := xhttp2.NewFramer(&buf, nil)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range []hpack.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":path", Value: "/up"}} {
+		_ = enc.WriteField(f)
+	}
+	_ = fr.WriteHeaders(xhttp2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+	_ = fr.WriteData(1, true, []byte("0123456789"))
+	c := http2.NewConn(http2.Limits{})
+	c.OnFrame = func(from http2.Side, f *http2.Frame, x *http2.Exchange) {
+		if from == http2.Client && f.Type == xhttp2.FrameHeaders {
+			x.Keep(4)
+		}
+	}
+	if err := c.Client(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	x := c.Open(1)
+	if x == nil || string(x.Request.Data) != "0123" || x.Request.Dropped != 6 {
+		t.Fatalf("%+v", x)
 	}
 }

@@ -70,6 +70,13 @@ type Mark struct {
 	Response int `json:"resp"`
 }
 
+// Keep bounds the data each half of the stream keeps from now on to n
+// bytes, as Conn.KeepData does when the stream opens: for a follower that
+// decides once it has seen the request's headers (a recorder that stores
+// no stream of no trace past its budget). The bytes beyond are counted in
+// Dropped.
+func (x *Exchange) Keep(n int) { x.bounded, x.keep = true, max(n, 0) }
+
 // mark notes that the response's data grew.
 func (x *Exchange) mark() {
 	m := Mark{Request: len(x.Request.Data) + x.Request.Dropped, Response: len(x.Response.Data) + x.Response.Dropped}

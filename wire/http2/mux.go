@@ -158,8 +158,8 @@ func (m *mux) Missing(id uint32, reason string) {
 		return
 	}
 	msg := "retrace: " + reason
-	out := Message{Header: []hpack.HeaderField{{Name: ":status", Value: "502"}, {Name: "content-type", Value: "text/plain; charset=utf-8"}},
-		Data: []byte(msg), End: true}
+	out := Message{Header: []hpack.HeaderField{{Name: ":status", Value: "502"}, {Name: "content-type", Value: "text/plain; charset=utf-8"},
+		{Name: "x-retrace-missing", Value: fieldValue(reason)}}, Data: []byte(msg), End: true}
 	if st.grpc {
 		out = Message{Header: []hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "content-type", Value: "application/grpc"},
 			{Name: "grpc-status", Value: "14"}, {Name: "grpc-message", Value: grpcEscape(msg)}}, End: true}
@@ -172,3 +172,15 @@ func (m *mux) Missing(id uint32, reason string) {
 }
 
 func (m *mux) Output() []byte { return m.sc.Output() }
+
+// fieldValue is s as a header field value: no CR, LF or NUL (RFC 9113
+// 8.2.1), at most 1 KiB.
+func fieldValue(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' || r == 0 {
+			return ' '
+		}
+		return r
+	}, s)
+	return truncate(s, 1024)
+}

@@ -94,10 +94,12 @@ func (f *framer) Next(buf []byte) (int, error) {
 
 func (*framer) Request([]byte) {}
 
-// NewTap: capture follows one call at a time per connection, which a
-// multiplexed connection is not; until capture files bytes per stream
-// (Conn does the reassembly), an HTTP/2 connection is skipped whole rather
-// than recorded wrong.
+// NewTap: a Tap follows one call at a time per connection, which a
+// multiplexed connection is not. Capture recognises an HTTP/2 connection
+// by its preface (or ALPN h2) before it asks any protocol, and files its
+// streams one call each through Conn (recording/capture/h2.go); should a
+// connection reach this Tap all the same, it is skipped whole rather than
+// recorded wrong.
 func (protocol) NewTap() wire.Tap { return skipTap{} }
 
 type skipTap struct{}

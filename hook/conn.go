@@ -17,8 +17,10 @@ func connRead(c *netConn, b []byte) (int, error) {
 	var e *engine
 	var st *connState
 	// record: report the read (record mode); ask: ask skipRead once the
-	// bytes are in
+	// bytes are in; h2: an HTTP/2 connection whose server's SETTINGS are
+	// followed (h2out.go)
 	record, ask := false, false
+	var h2 *h2Out
 	if e = active.Load(); e != nil {
 		ent, w := e.conns.entry(c.fd)
 		if w&quietBit != 0 && trace.CurrentID() == "" {
@@ -30,6 +32,7 @@ func connRead(c *netConn, b []byte) (int, error) {
 			if st.redirect && !st.preamble.Load() {
 				return e.outboundRead(st, c, b)
 			}
+			h2 = st.h2OutOf()
 			if e.cfg.Mode == Record {
 				// On a connection that carries no HTTP skipRead answers
 				// now, while st is in the cache (the read may wait long),
@@ -55,6 +58,9 @@ func connRead(c *netConn, b []byte) (int, error) {
 	n, err := l.fdRead(c.fd, b)
 	if err != nil {
 		err = l.readError(c.fd, err)
+	}
+	if h2 != nil && n > 0 {
+		e.h2OutRead(h2, b[:n])
 	}
 	if record && n > 0 && !(ask && st.skipRead()) {
 		e.recordOutboundRead(st, b[:n])
@@ -280,7 +286,7 @@ func (e *engine) recordCall(where string, f func()) {
 // outbound connections: the answer, read on another goroutine, can then
 // never be reported before the bytes it answers.
 func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) {
-	if e.cfg.Mode == Replay && st.h2.Load() != h2Not {
+	if (e.cfg.Mode == Replay || e.streamRec != nil) && st.h2.Load() != h2Not {
 		h := st.h2.Load()
 		if h == nil {
 			// The server writes before it has read anything: not HTTP/1,
@@ -290,7 +296,7 @@ func (e *engine) inboundWrite(st *connState, c *netConn, b []byte) (int, error) 
 			h = st.h2.Load()
 		}
 		if h != h2Not {
-			e.h2Wrote(h, b)
+			e.h2Wrote(h, st, b)
 			return e.rawWrite(st, c, b)
 		}
 	}
@@ -413,6 +419,13 @@ func (e *engine) outboundWriteSplit(st *connState, c *netConn, b []byte) (int, e
 	if st.redirect {
 		if err := e.sendPreamble(st, c); err != nil {
 			return 0, err
+		}
+	} else if h := st.h2w.Load(); h != h2OutNot && e.cfg.Mode == Record {
+		if h == nil {
+			h = e.h2OutDecide(st, b)
+		}
+		if h != h2OutNot {
+			return e.h2OutWrite(h, st, c, b)
 		}
 	}
 	w := outWriter{e: e, st: st, c: c}

@@ -43,6 +43,7 @@ type engine struct {
 	random                     RandomMode
 	mathPatched, cryptoPatched bool // the sources of RETRACE_RANDOM that are patched
 	randomRec                  RandomRecorder
+	streamRec                  StreamRecorder // the Recorder's, nil when it records no HTTP/2 (h2record.go)
 	div                        divergenceReporter
 	tlsFacts                   tlsFactsClient // replay: recorded TLS states (tlsfacts.go)
 
@@ -52,6 +53,10 @@ type engine struct {
 	tlsOther sync.Map  // TLS connections over other net.Conns (otherTLSState), by address
 	nextID   atomic.Uint64
 	reported sync.Map // report keys already logged
+	// h2Broken is set once an outbound HTTP/2 rewriter failed (h2out.go):
+	// record mode's grpc-go calls and net/http requests stop carrying
+	// their trace in-band.
+	h2Broken atomic.Bool
 }
 
 func newEngine(cfg *resolvedConfig, l *netLayout) *engine {
@@ -61,6 +66,7 @@ func newEngine(cfg *resolvedConfig, l *netLayout) *engine {
 	}
 	e := &engine{cfg: cfg, l: l, log: log, random: cfg.Random}
 	e.randomRec, _ = cfg.Recorder.(RandomRecorder)
+	e.streamRec, _ = cfg.Recorder.(StreamRecorder)
 	e.div.addr = cfg.mock.String()
 	e.tlsFacts.addr = e.div.addr
 	if denseIndex {
@@ -161,6 +167,10 @@ type connState struct {
 	wmu  sync.Mutex // write side: wr, preamble, wbuf
 	wr   *stream    // outbound: strips the in-band Retrace-Trace-Id
 	wbuf []byte
+	// h2w is a dialled connection's HTTP/2 state in record mode
+	// (h2out.go): nil before its first write, h2OutNot once it is not
+	// HTTP/2. Set under wmu.
+	h2w atomic.Pointer[h2Out]
 
 	gen  uint64
 	idx  uint32 // index of its entry in connTable.dense; 0 for none
@@ -174,7 +184,7 @@ type connState struct {
 }
 
 // connStatePad rounds connState up to 448 bytes on 64-bit platforms.
-const connStatePad = 56 * (^uintptr(0) >> 63)
+const connStatePad = 48 * (^uintptr(0) >> 63)
 
 // publish sets passed once the outbound stream has given up on HTTP;
 // called under wmu after a feed.

@@ -29,7 +29,7 @@ func PatchGRPC(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !active.CompareAndSwap(nil, &engine{}) {
+	if !active.CompareAndSwap(nil, &engine{cfg: &resolvedConfig{Config: Config{Mode: Replay}}}) {
 		undo()
 		t.Fatal("an engine is active")
 	}
@@ -56,6 +56,24 @@ func RandomFuncs() map[string]uintptr {
 	mt, _ := mathTargets()
 	ct, _ := cryptoTargets()
 	for _, t := range append(mt, ct...) {
+		out[t.name] = *(*uintptr)(t.word)
+	}
+	return out
+}
+
+// ForceH2RewritePanic makes the outbound HTTP/2 rewriter panic, until t
+// ends.
+func ForceH2RewritePanic(t testing.TB) {
+	h2RewritePanic.Store(true)
+	t.Cleanup(func() { h2RewritePanic.Store(false) })
+}
+
+// H2ServeFuncs returns the code addresses of the HTTP/2 servers'
+// serverConnBaseContext the agent patches, by name.
+func H2ServeFuncs() map[string]uintptr {
+	out := map[string]uintptr{}
+	ts, _ := h2ServeTargets()
+	for _, t := range ts {
 		out[t.name] = *(*uintptr)(t.word)
 	}
 	return out

@@ -110,7 +110,8 @@ func checkGRPCMD(t reflect.Type) bool {
 // (unless the call already carries one).
 func grpcOutgoingRaw(ctx context.Context) (md map[string][]string, added [][]string, ok bool) {
 	md, added, ok = grpcRawMD(ctx)
-	if active.Load() == nil {
+	e := active.Load()
+	if e == nil || e.cfg.Mode == Record && e.h2Broken.Load() {
 		return md, added, ok
 	}
 	tid := trace.CurrentID()

@@ -34,8 +34,27 @@ type h2In struct {
 
 	mu       sync.Mutex // bindings, written by the read and the write side
 	bindings map[uint32]func()
-	w        h2FrameWalk // the server's frames, for the end of each stream
+	// traces are the open streams' traces (an empty ID for a stream of
+	// none), for the hook that binds net/http's handlers (h2serve.go)
+	traces map[uint32]*trace.Trace
+	w      h2FrameWalk // the server's frames, for the end of each stream
+
+	// Record mode (rec): the connection's bytes go to the StreamRecorder,
+	// reads as the application gets them, writes before they go out. The
+	// server may write before the first read decides the connection is
+	// HTTP/2 (grpc-go and net/http send their SETTINGS first): those
+	// writes wait in early until then (guarded by mu, with decided).
+	rec      bool
+	decided  bool
+	early    []byte
+	upgraded bool   // switched from HTTP/1.1 by an h2c Upgrade: stream 1 is the upgrade request
+	key      string // in h2Conns
 }
+
+// maxEarly bounds the server's bytes kept before the first read of a
+// connection that may be HTTP/2 (a server-first protocol writes its
+// greeting there).
+const maxEarly = 64 << 10
 
 type h2Cut struct {
 	end    int // offset in out just after the block
@@ -57,11 +76,10 @@ var h2Not = &h2In{}
 // than its first four bytes ("PRI ") is taken for HTTP/1.
 func (e *engine) h2Decide(st *connState, first []byte) *h2In {
 	const pri = "PRI "
-	if e.cfg.Mode == Record && len(first) >= len(pri) && string(first[:len(pri)]) == pri {
-		// Capture files one call at a time per connection; the streams of
-		// an HTTP/2 connection are not recorded yet.
+	if e.cfg.Mode == Record && e.streamRec == nil && len(first) >= len(pri) && string(first[:len(pri)]) == pri {
+		// The Recorder records no HTTP/2 streams.
 		counters.h2unrecorded.Add(1)
-		e.reportOnce("h2-inbound-unrecorded", "inbound HTTP/2 connections (gRPC, h2c) are not recorded yet; counted in ReadStats().H2Unrecorded", "conn", st.info.Remote)
+		e.reportOnce("h2-inbound-unrecorded", "inbound HTTP/2 connections (gRPC, h2c, h2) are not recorded: the recorder does not record HTTP/2 streams; counted in ReadStats().H2Unrecorded", "conn", st.info.Remote)
 		st.h2.Store(h2Not)
 		return h2Not
 	}
@@ -78,7 +96,16 @@ func (e *engine) h2Decide(st *connState, first []byte) *h2In {
 	}
 	h.mu.Lock()
 	h.rw = inband.NewRewriter(true)
+	h.key = h2Key(st.info.Remote, st.info.Local)
+	if e.cfg.Mode == Record {
+		h.rec, h.decided = true, true
+		if early := h.early; len(early) > 0 {
+			h.early = nil
+			e.recordCall("h2-write", func() { e.streamRec.H2Write(&st.info, early) })
+		}
+	}
 	h.mu.Unlock()
+	h2Conns.Store(h.key, h)
 	counters.h2conns.Add(1)
 	return h
 }
@@ -86,7 +113,7 @@ func (e *engine) h2Decide(st *connState, first []byte) *h2In {
 // newH2In returns the state of a connection that may be HTTP/2; with
 // reading, decided so by its first read.
 func newH2In(reading bool) *h2In {
-	h := &h2In{bindings: map[uint32]func(){}}
+	h := &h2In{bindings: map[uint32]func(){}, traces: map[uint32]*trace.Trace{}}
 	if reading {
 		h.rw = inband.NewRewriter(true)
 	}
@@ -98,7 +125,7 @@ func newH2In(reading bool) *h2In {
 func (e *engine) h2Read(h *h2In, st *connState, c *netConn, b []byte, n int, err error) (int, error) {
 	for {
 		if n > 0 {
-			if rerr := e.h2Feed(h, b[:n]); rerr != nil {
+			if rerr := e.h2Feed(h, st, b[:n]); rerr != nil {
 				e.reportOnce("h2-rewrite", "an inbound HTTP/2 connection could not be rewritten; closing it", "conn", st.info.Remote, "err", rerr)
 				return 0, rerr
 			}
@@ -107,7 +134,7 @@ func (e *engine) h2Read(h *h2In, st *connState, c *netConn, b []byte, n int, err
 			}
 		}
 		if len(h.out) > 0 {
-			return e.h2Serve(h, b), nil
+			return e.h2Serve(h, st, b), nil
 		}
 		if h.err != nil {
 			err, h.err = h.err, nil
@@ -122,8 +149,10 @@ func (e *engine) h2Read(h *h2In, st *connState, c *netConn, b []byte, n int, err
 }
 
 // h2Feed rewrites bytes read and notes where the blocks that open streams
-// end.
-func (e *engine) h2Feed(h *h2In, p []byte) (err error) {
+// end. In record mode each stream that opens is started with the
+// StreamRecorder, and then the bytes reported as the application will read
+// them.
+func (e *engine) h2Feed(h *h2In, st *connState, p []byte) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			e.recovered("h2-read", r)
@@ -146,10 +175,7 @@ func (e *engine) h2Feed(h *h2In, p []byte) (err error) {
 	if resets := clientResets(frames); resets != nil {
 		h.mu.Lock()
 		for _, id := range resets {
-			if rel := h.bindings[id]; rel != nil {
-				delete(h.bindings, id)
-				rel()
-			}
+			h.endStream(id)
 		}
 		h.mu.Unlock()
 	}
@@ -157,7 +183,17 @@ func (e *engine) h2Feed(h *h2In, p []byte) (err error) {
 		if !bl.Opens {
 			continue
 		}
-		tid := bl.Trace()
+		var tid string
+		if h.rec {
+			e.recordCall("start-stream", func() { tid = e.streamRec.StartStream(&st.info, bl.Stream) })
+			if tid != "" && !trace.ValidID(tid) {
+				e.reportOnce("recorder-tid", "the recorder returned an invalid trace id; stream not traced", "tid", tid)
+				tid = ""
+			}
+			h.cuts = append(h.cuts, h2Cut{end: base + bl.End, stream: bl.Stream, tid: tid})
+			continue
+		}
+		tid = bl.Trace()
 		if tid != "" && !trace.ValidID(tid) {
 			e.reportOnce("bad-trace-id", "ignored a retrace-trace-id that is not a valid trace id", "value", tid)
 			tid = ""
@@ -174,13 +210,16 @@ func (e *engine) h2Feed(h *h2In, p []byte) (err error) {
 		}
 		h.cuts = append(h.cuts, cut)
 	}
+	if h.rec && len(out) > 0 {
+		e.recordCall("h2-read", func() { e.streamRec.H2Read(&st.info, out) })
+	}
 	return nil
 }
 
 // h2Serve copies to b what the application may read now: up to the next
 // cut, where the stream that opens there is bound to the reading
 // goroutine.
-func (e *engine) h2Serve(h *h2In, b []byte) int {
+func (e *engine) h2Serve(h *h2In, st *connState, b []byte) int {
 	if len(h.cuts) == 0 {
 		k := copy(b, h.out)
 		h.out = h.out[k:]
@@ -202,7 +241,15 @@ func (e *engine) h2Serve(h *h2In, b []byte) int {
 		cut := h.cuts[0]
 		h.cuts = h.cuts[1:]
 		counters.requests.Add(1)
-		t := &trace.Trace{ID: cut.tid, ReplayTime: cut.replay, Arrived: e.now()} // an empty id: bound to no trace
+		var t *trace.Trace
+		if h.rec && cut.tid != "" {
+			t = e.newTrace(cut.tid, &trace.RequestHead{})
+			if t.Random != nil && e.randomRec != nil {
+				e.recordCall("random-started", func() { e.randomRec.RandomStarted(&st.info, cut.tid, t.Random) })
+			}
+		} else {
+			t = &trace.Trace{ID: cut.tid, ReplayTime: cut.replay, Arrived: e.now()} // an empty id: bound to no trace
+		}
 		if cut.tid != "" {
 			counters.traced.Add(1)
 		}
@@ -216,14 +263,15 @@ func (e *engine) h2Serve(h *h2In, b []byte) int {
 			prev()
 		}
 		h.bindings[cut.stream] = rel
+		h.traces[cut.stream] = t
 		h.mu.Unlock()
 	}
 	return k
 }
 
 // h2Wrote follows the frames the server writes and releases the binding
-// of each stream it ends.
-func (e *engine) h2Wrote(h *h2In, b []byte) {
+// of each stream it ends; in record mode it reports them first.
+func (e *engine) h2Wrote(h *h2In, st *connState, b []byte) {
 	defer func() {
 		if r := recover(); r != nil {
 			e.recovered("h2-write", r)
@@ -231,18 +279,35 @@ func (e *engine) h2Wrote(h *h2In, b []byte) {
 	}()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if e.cfg.Mode == Record {
+		switch {
+		case h.rec:
+			e.recordCall("h2-write", func() { e.streamRec.H2Write(&st.info, b) })
+		case !h.decided && len(h.early)+len(b) <= maxEarly:
+			h.early = append(h.early, b...)
+		default:
+			h.early = nil
+		}
+	}
 	h.w.walk(b, func(typ, flags byte, stream uint32) {
 		const (
 			typeData, typeHeaders, typeRST = 0x0, 0x1, 0x3
 			endStream                      = 0x1
 		)
 		if typ == typeRST || (typ == typeData || typ == typeHeaders) && flags&endStream != 0 {
-			if rel := h.bindings[stream]; rel != nil {
-				delete(h.bindings, stream)
-				rel()
-			}
+			h.endStream(stream)
 		}
 	})
+}
+
+// endStream forgets a stream that ended: its binding is released. Called
+// with h.mu held.
+func (h *h2In) endStream(id uint32) {
+	delete(h.traces, id)
+	if rel := h.bindings[id]; rel != nil {
+		delete(h.bindings, id)
+		rel()
+	}
 }
 
 // h2Closed releases every binding of the connection.
@@ -253,7 +318,12 @@ func (h *h2In) closed() {
 	h.mu.Lock()
 	rels := h.bindings
 	h.bindings = map[uint32]func(){}
+	clear(h.traces)
+	key := h.key
 	h.mu.Unlock()
+	if key != "" {
+		h2Conns.CompareAndDelete(key, h)
+	}
 	for _, rel := range rels {
 		rel()
 	}

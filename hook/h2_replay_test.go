@@ -161,6 +161,9 @@ type h2Recorded struct {
 	mu   sync.Mutex
 	left map[string][]*http2.Exchange
 	errs []error
+	// byTrace: left is by in-band trace and path (a recording's sessions
+	// by id), and a stream's x-trace must be its recorded call's.
+	byTrace bool
 }
 
 func recordedOf(t *testing.T, l *tapped) *h2Recorded {
@@ -196,6 +199,10 @@ func (r *h2Recorded) take(h []hpack.HeaderField) (*http2.Exchange, error) {
 	tid, _ := http2.Get(h, http2.TraceField)
 	tag, _ := http2.Get(h, "x-trace")
 	path, _ := http2.Get(h, ":path")
+	live := tag
+	if r.byTrace {
+		tag = tid
+	}
 	if tid != tag {
 		return nil, fmt.Errorf("stream of %s %s carried trace %q", tag, path, tid)
 	}
@@ -215,6 +222,9 @@ func (r *h2Recorded) take(h []hpack.HeaderField) (*http2.Exchange, error) {
 	}
 	x := l[best]
 	r.left[k] = append(l[:best:best], l[best+1:]...)
+	if want, _ := http2.Get(x.Request.Header, "x-trace"); r.byTrace && want != live {
+		return nil, fmt.Errorf("stream of trace %s %s (x-trace %q) is another request's (x-trace %q recorded)", tid, path, live, want)
+	}
 	return x, nil
 }
 

@@ -70,14 +70,9 @@ func Install(cfg Config) (undo func(), err error) {
 		optional = append(optional, resolveTarget)
 	}
 	if !rc.NoGRPC {
-		optional = append(optional, grpcReadTarget)
-		if rc.Mode == Replay {
-			// Record mode would need the in-band field removed from
-			// the connection's header blocks before the real peer sees
-			// them (inband.Rewriter), which the write hook does not do
-			// yet.
-			optional = append(optional, grpcTarget)
-		}
+		// Both modes: in record mode the write hook removes the in-band
+		// field before the real server sees it (h2out.go).
+		optional = append(optional, grpcReadTarget, grpcTarget)
 	}
 	// Randomness: optional too, each source on its own.
 	var randomTargets []func() ([]target, error)
@@ -122,6 +117,24 @@ func Install(cfg Config) (undo func(), err error) {
 		}
 		refused = append(refused, err.Error())
 		e.log.Error("retrace: function left unpatched", "err", err)
+	}
+	if !rc.NoHTTP {
+		// net/http's HTTP/2 servers: their handlers bound to their
+		// streams' traces (h2serve.go); each server's patch on its own
+		if ts, err := h2ServeTargets(); err == nil {
+			for _, t := range ts {
+				if u, err := apply(t); err != nil {
+					refused = append(refused, err.Error())
+					e.log.Error("retrace: function left unpatched", "err", err)
+				} else {
+					undos = append(undos, u)
+					patched = append(patched, t.name)
+				}
+			}
+		} else if !errors.Is(err, errNotLinked) {
+			refused = append(refused, err.Error())
+			e.log.Error("retrace: function left unpatched", "err", err)
+		}
 	}
 	if !rc.NoTLS {
 		if err := installTLS(&undos, &patched); err != nil {

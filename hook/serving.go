@@ -126,6 +126,9 @@ func (e *engine) admit(st *connState, tid string, h *trace.RequestHead) {
 //go:noinline
 func (e *engine) inboundWriteTurn(st *connState, c *netConn, b []byte) (int, error) {
 	s := &st.srv
+	if len(b) > 12 && b[10] == '0' && b[11] == '1' && (e.cfg.Mode == Replay || e.streamRec != nil) && switchesToH2C(b) {
+		e.h2Upgrade(st)
+	}
 	r := s.resp.Load()
 	// An interim response (100 Continue, written when the handler first
 	// reads the body) does not begin the final one: a request read with

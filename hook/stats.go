@@ -14,7 +14,7 @@ var counters struct {
 	requests, traced, bound, framed, stripped, carried stripe.Counter
 
 	conns, preambles, redirected, rewritten, failures, pipelined, diverged atomic.Int64
-	h2conns, h2unrecorded                                                  atomic.Int64
+	h2conns, h2unrecorded, h2out, h2outFailed                              atomic.Int64
 	tlsConns, tlsFaked, tlsRecorded                                        atomic.Int64
 }
 
@@ -57,6 +57,11 @@ type Stats struct {
 	// H2Unrecorded counts accepted HTTP/2 connections record mode could
 	// not record (logged once).
 	H2Unrecorded int64
+	// H2Outbound counts dialled HTTP/2 connections whose header blocks
+	// went through the in-band rewriter (retrace-* fields removed before
+	// the real server); H2RewriteFailed those whose rewriter failed and
+	// whose bytes went on unchanged (h2out.go).
+	H2Outbound, H2RewriteFailed int64
 
 	TLSConns      int64 // TLS connections whose plaintext the TLS hooks followed
 	TLSHandshakes int64 // replay: TLS handshakes completed without TLS (redirected clients)
@@ -100,6 +105,7 @@ func ReadStats() Stats {
 	s.StrippedRequests = counters.stripped.Load()
 	s.H2Conns = counters.h2conns.Load()
 	s.H2Unrecorded = counters.h2unrecorded.Load()
+	s.H2Outbound, s.H2RewriteFailed = counters.h2out.Load(), counters.h2outFailed.Load()
 	s.TLSConns = counters.tlsConns.Load()
 	s.TLSHandshakes = counters.tlsFaked.Load()
 	s.TLSRecorded = counters.tlsRecorded.Load()

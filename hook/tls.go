@@ -276,10 +276,6 @@ func (e *engine) handshaken(l *tlsLayout, st *connState, tc *tls.Conn) {
 		}
 	}
 	st.info.TLS.Store(ti)
-	if ti.ALPN == "h2" {
-		e.reportOnce("tls-h2", "a TLS connection negotiated HTTP/2 (ALPN h2): it is recorded as raw bytes, not decoded",
-			"local", st.info.Local, "remote", st.info.Remote)
-	}
 }
 
 // fakeHandshake completes the handshake of a client connection that replay
@@ -384,6 +380,9 @@ func (e *engine) tlsRead(st *connState, c *tls.Conn, b []byte) (int, error) {
 		return e.inboundRead(st, nil, b)
 	}
 	n, err := tlsLayoutP.Load().plainRead(c, b)
+	if h := st.h2OutOf(); h != nil && n > 0 {
+		e.h2OutRead(h, b[:n])
+	}
 	if e.cfg.Mode == Record && n > 0 && !st.skipRead() {
 		e.recordOutboundRead(st, b[:n])
 	}

@@ -72,11 +72,14 @@ func transportRoundTrip(t *http.Transport, req *http.Request) (*http.Response, e
 }
 
 // carry returns req, or a copy of it with the current trace in
-// TraceHeader. Only HTTP/1: plain, or over TLS when crypto/tls is hooked
-// (the TLS Write hook strips it from the plaintext) and the transport
-// cannot negotiate HTTP/2, whose compressed headers no Write hook could
-// strip it from; and h2c in replay mode, where the mock reads each
-// stream's trace from it.
+// TraceHeader: plain HTTP, or HTTPS when crypto/tls is hooked (the TLS
+// Write hook strips it from the plaintext). HTTP/1 has it stripped by the
+// Write hook; HTTP/2 (h2c, or h2 negotiated over TLS) sends it as the
+// stream's retrace-trace-id field, which the mock reads in replay mode and
+// the write hook's rewriter removes before a real server (h2out.go). In
+// replay mode an HTTPS transport that may negotiate HTTP/2 carries none:
+// the mock's connections speak HTTP/1, and another destination's h2 would
+// need the rewriter, which a failure may have turned off (h2Broken).
 // inBand reports that the request sent carries a trace in TraceHeader.
 func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request, inBand bool) {
 	defer func() {
@@ -93,16 +96,15 @@ func (e *engine) carry(t *http.Transport, req *http.Request) (out *http.Request,
 	case "https":
 		// not with a TLS dialer of the transport's own: its TLS may not be
 		// crypto/tls, whose Write hook strips the header
-		if !e.tls || t == nil || tlsDialer(t) || mayHTTP2(t) {
+		if !e.tls || t == nil || tlsDialer(t) || mayHTTP2(t) && (e.cfg.Mode != Record || e.h2Broken.Load()) {
 			return req, false
 		}
 	default:
 		return req, false
 	}
-	if t != nil && t.Protocols != nil && t.Protocols.UnencryptedHTTP2() && e.cfg.Mode != Replay {
-		// h2c: the header would be HPACK-compressed, and nothing strips it
-		// yet before a real server. In replay mode the connection goes to
-		// the mock, which reads each stream's trace from it.
+	if t != nil && t.Protocols != nil && t.Protocols.UnencryptedHTTP2() && e.cfg.Mode == Record && e.h2Broken.Load() {
+		// h2c whose rewriter may not run (one failed): the field could
+		// reach the real server.
 		return req, false
 	}
 	tid := trace.CurrentID()

@@ -41,6 +41,9 @@ func patchedFuncs() map[string]uintptr {
 	for name, pc := range hook.RandomFuncs() {
 		pcs[name] = pc
 	}
+	for name, pc := range hook.H2ServeFuncs() {
+		pcs[name] = pc
+	}
 	return pcs
 }
 

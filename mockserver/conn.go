@@ -91,16 +91,22 @@ type dstState struct {
 // dstStateOf looks up (or creates) ts's state for the connection's
 // destination; the caller holds ts.mu and ts.entry is not nil.
 func (c *conn) dstStateOf(ts *traceState) dstState {
-	d := dstState{ts: ts, du: c.s.idx.unitsFor(ts.entry, c.dst), chain: c.s.cfg.chain(c.dst)}
+	return c.s.dstState(ts, c.dst, c.s.cfg.chain(c.dst))
+}
+
+// dstState looks up (or creates) ts's state for destination dst, matched
+// with chain; the caller holds ts.mu and ts.entry is not nil.
+func (s *Server) dstState(ts *traceState, dst string, chain []Strategy) dstState {
+	d := dstState{ts: ts, du: s.idx.unitsFor(ts.entry, dst), chain: chain}
 	if d.du != nil {
-		if d.used = ts.used[c.dst]; d.used == nil {
+		if d.used = ts.used[dst]; d.used == nil {
 			d.used = make([]bool, len(d.du.units))
-			ts.used[c.dst] = d.used
+			ts.used[dst] = d.used
 		}
 	}
-	if d.cur = ts.cursor[c.dst]; d.cur == nil {
+	if d.cur = ts.cursor[dst]; d.cur == nil {
 		d.cur = map[string]int{}
-		ts.cursor[c.dst] = d.cur
+		ts.cursor[dst] = d.cur
 	}
 	return d
 }
@@ -199,10 +205,15 @@ func (c *conn) run() error {
 			// fit the first request best; with none, every answer is a
 			// missing mock
 			p := protocols.All.DetectNow(c.buf, nil)
-			c.resolve(p)
+			if _, mux := p.(wire.Multiplexed); !mux {
+				c.resolve(p) // a multiplexed connection's first request decides (serveMux)
+			}
 			if err := c.start(p); err != nil {
 				return err
 			}
+		}
+		if mp, ok := c.proto.(wire.Multiplexed); ok {
+			return c.serveMux(mp)
 		}
 		if err := c.process(); err != nil {
 			return err
@@ -588,8 +599,17 @@ func (c *conn) matchTrace(ts *traceState, r *wire.Request, oc *ObservedCall) ([]
 func (c *conn) awaitSent() {
 	h := c.held
 	c.held = hold{}
+	if c.s.await(c.ctx, h, c.dst) {
+		c.clock = 0 // a reading from before the wait is stale
+	}
+}
+
+// await waits until the calls hold h waits for are sent (see
+// conn.awaitSent), ctx ends, or CausalWait passes; it reports whether it
+// waited at all.
+func (s *Server) await(ctx context.Context, h hold, dst string) (waited bool) {
 	if h.ts == nil {
-		return
+		return false
 	}
 	var timer *time.Timer
 	for {
@@ -597,7 +617,7 @@ func (c *conn) awaitSent() {
 		missing := h.ts.unsent(h.need, h.conn)
 		if len(missing) == 0 {
 			h.ts.mu.Unlock()
-			return
+			return timer != nil
 		}
 		if h.ts.wake == nil {
 			h.ts.wake = make(chan struct{})
@@ -605,24 +625,23 @@ func (c *conn) awaitSent() {
 		wake := h.ts.wake
 		h.ts.mu.Unlock()
 		if timer == nil {
-			c.clock = 0 // a reading from before the wait is stale
-			c.s.metrics.holds.Inc()
-			timer = time.NewTimer(c.s.cfg.CausalWait)
+			s.metrics.holds.Inc()
+			timer = time.NewTimer(s.cfg.CausalWait)
 			defer timer.Stop()
 		}
 		select {
 		case <-wake:
-		case <-c.ctx.Done():
-			return
+		case <-ctx.Done():
+			return true
 		case <-timer.C:
 			h.ts.mu.Lock()
 			for _, i := range h.ts.unsent(h.need, h.conn) {
 				h.ts.giveUp(i)
 			}
 			h.ts.mu.Unlock()
-			c.s.metrics.holdsGivenUp.Inc()
-			c.s.log.Info("answer released without calls recorded before it", "trace", h.ts.id, "dst", c.dst, "calls", missing)
-			return
+			s.metrics.holdsGivenUp.Inc()
+			s.log.Info("answer released without calls recorded before it", "trace", h.ts.id, "dst", dst, "calls", missing)
+			return true
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/retrace-dev/retrace/wire"
+	"github.com/retrace-dev/retrace/wire/protocols"
 )
 
 // How a live destination was found among the recorded ones (DESIGN.md
@@ -177,7 +178,7 @@ func (s *Server) resolveByRequest(live string, proto wire.Protocol, r *wire.Requ
 	}
 	s.idx.mu.RLock()
 	for dst, d := range s.idx.dsts {
-		if d.proto != name {
+		if !sameWire(d.proto, name) {
 			continue
 		}
 		sc := portScore(live, dst) + nameScore(live, dst)
@@ -204,6 +205,18 @@ func (s *Server) resolveByRequest(live string, proto wire.Protocol, r *wire.Requ
 		why += fmt.Sprintf(" in the recording of trace %s", tid)
 	}
 	return s.dests.note(DestDecision{Live: live, Recorded: best.dst, How: HowAuto, Proto: name, Reason: why, Tentative: !firm})
+}
+
+// sameWire reports whether recorded destinations of protocols a and b
+// answer each other's connections: the same protocol, or two names of
+// one multiplexed connection protocol (gRPC calls and HTTP/2 streams).
+func sameWire(a, b string) bool {
+	if a == b {
+		return true
+	}
+	pa, ok1 := protocols.All.For(a).(wire.Multiplexed)
+	pb, ok2 := protocols.All.For(b).(wire.Multiplexed)
+	return ok1 && ok2 && pa.ConnProto() == pb.ConnProto()
 }
 
 // traceDsts returns the destinations the recording of trace tid calls;

@@ -13,7 +13,8 @@ import (
 
 // The blank import links the agent and the directory store only: no store
 // SDK, RPC framework or telemetry library comes with it (Redis and bucket
-// stores are opt-in imports, recording/redisstore and recording/cloud).
+// stores are opt-in imports, recording/redisstore and recording/cloud), nor
+// protobuf's descriptor machinery.
 func TestAgentLinksNoStoreSDK(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
@@ -24,6 +25,10 @@ func TestAgentLinksNoStoreSDK(t *testing.T) {
 		"gocloud.dev/", "cloud.google.com/", "google.golang.org/api", "google.golang.org/grpc",
 		"github.com/aws/", "github.com/Azure/", "go.opentelemetry.io/", "github.com/redis/go-redis",
 		"google.golang.org/genproto",
+		// descriptors, dynamic messages and protojson: 2.6 MB; the agent
+		// decodes gRPC messages by field number (protowire) only
+		"google.golang.org/protobuf/reflect/", "google.golang.org/protobuf/types/",
+		"google.golang.org/protobuf/encoding/protojson", "github.com/retrace-dev/retrace/wire/protobuf/descriptors",
 	}
 	deps := strings.Fields(string(out))
 	require.Contains(t, deps, "github.com/retrace-dev/retrace/recording", "the agent links the recorder")

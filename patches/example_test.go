@@ -24,6 +24,6 @@ func ExampleStart() {
 	_ = stop(context.Background())
 	fmt.Println(hook.ReadStats().Mode, len(hook.ReadStats().Patched), "functions patched")
 	// Output:
-	// replay 14 functions patched
+	// replay 15 functions patched
 	// off 0 functions patched
 }

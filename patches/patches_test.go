@@ -134,13 +134,13 @@ func TestInitFromEnvironment(t *testing.T) {
 	require.Equal(t, 1, strings.Count(errOut, "retrace: agent off"), errOut)
 
 	out, errOut = run("RETRACE_MODE=replay", "RETRACE_MOCK_ADDR=127.0.0.1:9")
-	require.Contains(t, out, "mode=replay patched=14") // with RETRACE_RANDOM=math, the default; TLS's 3
+	require.Contains(t, out, "mode=replay patched=15") // with RETRACE_RANDOM=math, the default; TLS's 3; net/http's HTTP/2 server's serverConnBaseContext
 	require.NotContains(t, errOut, "retrace:")
 
 	out, _ = run("RETRACE_MODE=replay", "RETRACE_MOCK_ADDR=127.0.0.1:9", "RETRACE_RANDOM=off")
-	require.Contains(t, out, "mode=replay patched=11")
+	require.Contains(t, out, "mode=replay patched=12")
 	out, _ = run("RETRACE_MODE=replay", "RETRACE_MOCK_ADDR=127.0.0.1:9", "RETRACE_RANDOM=all")
-	require.Contains(t, out, "mode=replay patched=16") // crypto/rand.Read and Reader's Read
+	require.Contains(t, out, "mode=replay patched=17") // crypto/rand.Read and Reader's Read
 	out, errOut = run("RETRACE_MODE=replay", "RETRACE_RANDOM=sometimes")
 	require.Contains(t, out, "mode=off patched=0")
 	require.Contains(t, out, `err=RETRACE_RANDOM: retrace: random "sometimes" is not one of off, math, all`)
@@ -153,7 +153,7 @@ func TestInitFromEnvironment(t *testing.T) {
 		// Record mode: conn Read/Write/Close, the HTTP transport, the TLS
 		// hooks and the math/rand sources; no connect redirection, no clock.
 		out, errOut = run("RETRACE_MODE=record", "RETRACE_RECORD="+t.TempDir())
-		require.Contains(t, out, "mode=record patched=11")
+		require.Contains(t, out, "mode=record patched=12")
 		require.NotContains(t, out, "err=")
 		require.NotContains(t, out, "stop=")
 		require.NotContains(t, errOut, "retrace: agent off")

@@ -134,6 +134,10 @@ func appendCall(b []byte, c *Call) []byte {
 		b = append(b, `,"decoded":`...)
 		b = appendString(b, c.Decoded)
 	}
+	if c.Note != "" {
+		b = append(b, `,"call_note":`...)
+		b = appendString(b, c.Note)
+	}
 	b = appendTail(b, c.StartNs, c.DurNs, c.RequestTruncated, c.ResponseTruncated)
 	return append(b, '}')
 }

@@ -317,6 +317,8 @@ func (r *maskRun) mask(proto string, p []byte) []byte {
 		return r.m.maskRESP(p)
 	case "mysql":
 		return r.m.maskMySQL(p)
+	case "http2", "grpc":
+		return r.h2(proto, p) // mask_h2.go
 	default:
 		return r.m.regex(p)
 	}

@@ -102,6 +102,11 @@ type Call struct {
 	// when the request's bytes are not text, so that recordings stay
 	// greppable. Readers that do not know it skip it; it is never matched.
 	Decoded string
+	// Note says in words what ended the call otherwise than by its answer
+	// (an HTTP/2 stream reset: by which side, with which code; a stream
+	// cut by GOAWAY or the connection's end). Schema v1, additive:
+	// "call_note", omitted when empty.
+	Note string
 }
 
 // TLS says how a connection was encrypted; the zero value is plain TCP.
@@ -164,6 +169,7 @@ type callJSON struct {
 	Response          *string `json:"response,omitempty"`
 	ResponseB64       []byte  `json:"response_b64,omitempty"`
 	Decoded           string  `json:"decoded,omitempty"`
+	CallNote          string  `json:"call_note,omitempty"`
 	StartNs           int64   `json:"start_ns"`
 	DurNs             int64   `json:"dur_ns"`
 	RequestTruncated  bool    `json:"request_truncated,omitempty"`
@@ -216,7 +222,7 @@ func (in *Inbound) UnmarshalJSON(b []byte) error {
 // MarshalJSON implements json.Marshaler with the payload rules of schema v1.
 func (c Call) MarshalJSON() ([]byte, error) {
 	j := callJSON{Seq: c.Seq, Proto: c.Proto, Dst: c.Dst, Host: c.Host, Setup: c.Setup, Conn: c.Conn, StartNs: c.StartNs, DurNs: c.DurNs,
-		RequestTruncated: c.RequestTruncated, ResponseTruncated: c.ResponseTruncated, Decoded: c.Decoded,
+		RequestTruncated: c.RequestTruncated, ResponseTruncated: c.ResponseTruncated, Decoded: c.Decoded, CallNote: c.Note,
 		TLS: c.TLS.On, ServerName: c.TLS.ServerName, ALPN: c.TLS.ALPN, Note: c.TLS.Note,
 		TLSVersion: c.TLS.Version, CipherSuite: c.TLS.CipherSuite, Curve: c.TLS.Curve}
 	j.Request, j.RequestB64 = splitPayload(c.Request)
@@ -232,7 +238,7 @@ func (c *Call) UnmarshalJSON(b []byte) error {
 	}
 	*c = Call{Seq: j.Seq, Proto: j.Proto, Dst: j.Dst, Host: j.Host, Setup: j.Setup, Conn: j.Conn, StartNs: j.StartNs, DurNs: j.DurNs,
 		Request: joinPayload(j.Request, j.RequestB64), Response: joinPayload(j.Response, j.ResponseB64),
-		RequestTruncated: j.RequestTruncated, ResponseTruncated: j.ResponseTruncated, Decoded: j.Decoded,
+		RequestTruncated: j.RequestTruncated, ResponseTruncated: j.ResponseTruncated, Decoded: j.Decoded, Note: j.CallNote,
 		TLS: TLS{On: j.TLS, ServerName: j.ServerName, ALPN: j.ALPN, Note: j.Note,
 			Version: j.TLSVersion, CipherSuite: j.CipherSuite, Curve: j.Curve}}
 	return nil

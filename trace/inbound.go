@@ -1095,3 +1095,7 @@ func (h RequestHead) Trace(arrived time.Time) *Trace {
 	}
 	return &Trace{ID: h.TraceID, ReplayTime: h.ReplayTime, Arrived: arrived}
 }
+
+// TraceParentID returns the trace-id of a W3C traceparent header value, or
+// "" when v is not a valid one (as RequestHead.TraceParent).
+func TraceParentID(v string) string { return parseTraceParent([]byte(v)) }

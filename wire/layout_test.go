@@ -13,12 +13,17 @@ const module = "github.com/retrace-dev/retrace"
 // package meets protocols through wire and wire/protocols only, so a
 // protocol's knowledge stays in its package.
 var importers = map[string]string{
-	"hook":               "the agent frames HTTP/1 responses on accepted connections (http1.Response) on its hot path",
-	"recording/capture":  "an inbound request's session ends with its HTTP/1 response (http1.Response), on the agent's hot path",
-	"replayer/diff":      "compares downstream requests field by field, with each protocol's parsed commands",
-	"replayer/regress":   "pairs MySQL commands of a recording and a replay; reads the service's HTTP responses (http1.ReadResponse)",
-	"replayer/report":    "shows HTTP requests and responses as decoded messages with their fields",
-	"internal/agenttest": "test servers of the agent's tests answer RESP with wire/redis",
+	"hook":                "the agent frames HTTP/1 responses on accepted connections (http1.Response) on its hot path",
+	"recording/capture":   "an inbound request's session ends with its HTTP/1 response (http1.Response), on the agent's hot path",
+	"replayer/diff":       "compares downstream requests field by field, with each protocol's parsed commands",
+	"replayer/regress":    "pairs MySQL commands of a recording and a replay; reads the service's HTTP responses (http1.ReadResponse); sends HTTP/2 and gRPC sessions from their recorded form and decodes them with a schema (wire/http2, wire/protobuf)",
+	"replayer/report":     "shows HTTP requests and responses as decoded messages with their fields",
+	"replayer/extract":    "turns recorded gRPC sessions into timed requests (wire/http2.ParseMessage of the recorded request half)",
+	"replayer/schema":     "descriptors from a descriptor set or a server's reflection, as a wire/protobuf Schema",
+	"replayer/replaytest": "test helper: reassembles a real HTTP/2 server's tapped connections into sessions (wire/http2.Conn)",
+	"recording":           "masks the recorded form of HTTP/2 halves and their gRPC messages (recording/mask_h2.go, until masking goes through each protocol's wire package)",
+	"internal/agenttest":  "test servers of the agent's tests answer RESP with wire/redis",
+	"mockserver/mocktest": "tests' stand-in for recording an HTTP/2 downstream reassembles its streams with wire/http2.Conn",
 }
 
 // TestProtocolsStayInWire fails when a package outside wire/ imports a

@@ -27,7 +27,7 @@ func runLoad(ctx context.Context, p *proc, args []string) error {
 	fs := newFlagSet(p, "load", "--input FILE --target URL --out DIR [--mode original|rate|max] [--shard I/N] …",
 		"retrace load --input v2.jsonl --target http://127.0.0.1:8080 --mode rate --rate 200 --duration 5m --shard 0/4 --out s3://perf/run-42")
 	input := fs.String("input", "", "timed-request JSONL: a path, a bucket URL, or - for stdin (required)")
-	target := fs.String("target", "", "http://HOST:PORT[/prefix] or mysql://USER:PW@tcp(HOST:PORT)/DB (required)")
+	target := fs.String("target", "", "http://HOST:PORT[/prefix] (gRPC requests: h2c; https://: h2 over TLS) or mysql://USER:PW@tcp(HOST:PORT)/DB (required)")
 	out := fs.String("out", "", "results directory or bucket URL; this shard writes DIR/shard-I-of-N/ (required)")
 	modeS := fs.String("mode", "original", "pacing: original (recorded timestamps), rate (--rate or --ramp), max (as fast as answered)")
 	speed := fs.Float64("speed", 1, "original mode: play recorded gaps this many times faster")

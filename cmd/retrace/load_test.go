@@ -16,9 +16,11 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/retrace-dev/retrace/internal/grpctest"
 	"github.com/retrace-dev/retrace/internal/testenv"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/replayer/load"
+	"github.com/retrace-dev/retrace/replayer/replaytest"
 )
 
 // runCmd runs one command line and returns its exit status and output.
@@ -215,5 +217,68 @@ func TestProgressPrinter(t *testing.T) {
 	}
 	if newProgressPrinter(&live, "off") != nil {
 		t.Error("--progress off prints")
+	}
+}
+
+// TestLoadGRPC: recorded gRPC sessions of a real grpc-go server are
+// extracted and sent to a grpc-go target at a fixed rate, at max and at
+// the original pace; analyze shows each method with its own percentiles
+// and the gRPC status codes the answers carried (the status call's
+// NOT_FOUND is an answer, not an error).
+func TestLoadGRPC(t *testing.T) {
+	dir := t.TempDir()
+	replaytest.WriteStore(t, dir, replaytest.RecordGRPC(t, 8)...)
+	input := filepath.Join(t.TempDir(), "grpc.jsonl")
+	mustRun(t, "extract", "--from", dir, "--out", input)
+	target := replaytest.ServeGRPC(t, &grpctest.Service{})
+	for _, mode := range [][]string{
+		{"--mode", "rate", "--rate", "400", "--duration", "1s"},
+		{"--mode", "max", "--concurrency", "16"},
+		{"--mode", "original", "--speed", "100"},
+	} {
+		t.Run(mode[1], func(t *testing.T) {
+			out := t.TempDir()
+			mustRun(t, append([]string{"load", "--input", input, "--target", target, "--out", out, "--progress", "off"}, mode...)...)
+			var sum struct {
+				Total struct {
+					Count, Errors int64
+				} `json:"total"`
+				APIs []struct {
+					API    string           `json:"api"`
+					Count  int64            `json:"count"`
+					Errors int64            `json:"errors"`
+					P50    float64          `json:"p50_ms"`
+					P99    float64          `json:"p99_ms"`
+					Status map[string]int64 `json:"status"`
+				} `json:"apis"`
+			}
+			if err := json.Unmarshal([]byte(mustRun(t, "analyze", out, "--format", "json")), &sum); err != nil {
+				t.Fatal(err)
+			}
+			if sum.Total.Count < 48 || sum.Total.Errors != 0 {
+				t.Fatalf("total %+v", sum.Total)
+			}
+			methods := map[string]bool{}
+			for _, a := range sum.APIs {
+				methods[a.API] = true
+				if a.Count == 0 || a.P50 <= 0 || a.P99 < a.P50 || a.Errors != 0 {
+					t.Errorf("%s: %+v", a.API, a)
+				}
+				if a.API == "POST /grpc.testing.TestService/StreamingOutputCall" && a.Status["grpc-0"] != a.Count {
+					t.Errorf("%s: status %v", a.API, a.Status)
+				}
+				if a.API == "POST /grpc.testing.TestService/UnaryCall" && (a.Status["grpc-0"] == 0 || a.Status["grpc-5"] == 0 || a.Status["grpc-0"]+a.Status["grpc-5"] != a.Count) {
+					t.Errorf("%s: status %v (OK and NOT_FOUND answers)", a.API, a.Status)
+				}
+			}
+			for _, m := range []string{"UnaryCall", "StreamingOutputCall", "StreamingInputCall", "FullDuplexCall"} {
+				if !methods["POST /grpc.testing.TestService/"+m] {
+					t.Errorf("no percentiles for %s: %v", m, methods)
+				}
+			}
+			if !methods["POST /grpc.health.v1.Health/Check"] {
+				t.Errorf("no percentiles for Health/Check: %v", methods)
+			}
+		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/retrace-dev/retrace/replayer/diff"
 	"github.com/retrace-dev/retrace/replayer/regress"
 	"github.com/retrace-dev/retrace/replayer/report"
+	"github.com/retrace-dev/retrace/replayer/schema"
 )
 
 func init() {
@@ -91,6 +92,8 @@ func runReplay(ctx context.Context, p *proc, args []string) error {
 	maxDetails := fs.Int("max-details", report.DefaultMaxDetails, "failing sessions shown in full in report.html")
 	caFile := fs.String("ca", "", "https targets: PEM file of the CA that signed their certificates (default: the system's roots)")
 	insecure := fs.Bool("insecure", false, "https targets: do not verify their certificates")
+	descriptors := fs.String("proto-descriptors", "", "gRPC: a descriptor set file (protoc --descriptor_set_out=FILE --include_imports) by which messages are compared and shown by field name (default: by field number)")
+	reflect := fs.Bool("grpc-reflection", false, "gRPC: ask the target's server reflection service for the descriptors (instead of --proto-descriptors)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -119,10 +122,26 @@ func runReplay(ctx context.Context, p *proc, args []string) error {
 		return usageError("--baseline-mock-admin needs --baseline")
 	case *caFile != "" && *insecure:
 		return usageError("--ca and --insecure: give one of them")
+	case *descriptors != "" && *reflect:
+		return usageError("--proto-descriptors and --grpc-reflection: give one of them")
 	}
 	tlsCfg, err := targetTLS(*caFile, *insecure)
 	if err != nil {
 		return usageError("%v", err)
+	}
+	var protoSchema *schema.Schema
+	switch {
+	case *descriptors != "":
+		if protoSchema, err = schema.File(*descriptors); err != nil {
+			return usageError("--proto-descriptors: %v", err)
+		}
+	case *reflect:
+		rctx, cancel := context.WithTimeout(ctx, *timeout)
+		protoSchema, err = schema.Reflect(rctx, *target, tlsCfg)
+		cancel()
+		if err != nil {
+			return usageError("--grpc-reflection: %v", err)
+		}
 	}
 	if *mockToken == "" {
 		*mockToken = p.Getenv(mockTokenEnv) // not the flag's default: --help must not print it
@@ -149,7 +168,7 @@ func runReplay(ctx context.Context, p *proc, args []string) error {
 		Select: regress.Selection{APIs: apis, Since: since.t, Until: until.t, Limit: *limit, Sample: *sample, Seed: *seed},
 		Target: *target, MockAdmin: *mockAdmin, MockAdminToken: *mockToken, Baseline: *baseline, BaselineMockAdmin: *baselineAdmin,
 		Concurrency: *concurrency, Repeat: *repeat, Rules: rules, Timeout: *timeout, Logf: warn, TLS: tlsCfg,
-		NoModeCheck: *noModeCheck,
+		NoModeCheck: *noModeCheck, Schema: protoSchema,
 	}
 	if len(ids) > 0 {
 		cfg.Select.IDs = map[string]bool{}

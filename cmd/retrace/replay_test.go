@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/retrace-dev/retrace/internal/grpctest"
 	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/mockserver/mocktest"
 	"github.com/retrace-dev/retrace/replayer/diff"
@@ -147,5 +148,38 @@ func TestReplayCommandTargetDown(t *testing.T) {
 		"--report", t.TempDir(), "--timeout", "2s")
 	if code != 2 || !strings.Contains(errs, "not reachable: candidate target http://127.0.0.1:1") {
 		t.Errorf("exit %d\n%s\n%s", code, out, errs)
+	}
+}
+
+// TestReplayGRPCCommand: recorded gRPC sessions of a real grpc-go server
+// replayed by the command against a build whose UnaryCall answers another
+// username: with --grpc-reflection (and with a descriptor set) the
+// failing field is named, and report.html shows it marked.
+func TestReplayGRPCCommand(t *testing.T) {
+	dir := t.TempDir()
+	replaytest.WriteStore(t, dir, replaytest.RecordGRPC(t, 4)...)
+	same := replaytest.ServeGRPC(t, &grpctest.Service{})
+	code, out, errs := runReplayCmd(t, "--recordings", dir, "--target", same, "--report", t.TempDir())
+	if code != 0 {
+		t.Fatalf("same build: exit %d\n%s\n%s", code, out, errs)
+	}
+	changed := replaytest.ServeGRPC(t, &replaytest.ChangedGRPC{Username: "other"})
+	reportDir := t.TempDir()
+	code, out, errs = runReplayCmd(t, "--recordings", dir, "--target", changed, "--grpc-reflection", "--report", reportDir)
+	if code != 1 || !strings.Contains(out, "FAIL t00-unary POST /grpc.testing.TestService/UnaryCall: message[0].username") {
+		t.Fatalf("changed build: exit %d\n%s\n%s", code, out, errs)
+	}
+	html, err := os.ReadFile(filepath.Join(reportDir, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(html), `<mark data-path="message[0].username">message[0].username  other</mark>`) {
+		t.Errorf("report.html does not mark the replayed username")
+	}
+	if code, _, errs := runReplayCmd(t, "--recordings", dir, "--target", changed, "--proto-descriptors", filepath.Join(dir, "none.protoset")); code != 2 || !strings.Contains(errs, "none.protoset") {
+		t.Errorf("missing descriptor set: exit %d, %s", code, errs)
+	}
+	if code, _, errs := runReplayCmd(t, "--recordings", dir, "--target", changed, "--proto-descriptors", "x", "--grpc-reflection"); code != 2 {
+		t.Errorf("both schema flags: exit %d, %s", code, errs)
 	}
 }

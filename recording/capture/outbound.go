@@ -8,6 +8,7 @@ import (
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/trace"
 	"github.com/retrace-dev/retrace/wire"
+	"github.com/retrace-dev/retrace/wire/http2"
 	"github.com/retrace-dev/retrace/wire/protocols"
 )
 
@@ -40,11 +41,12 @@ type outConn struct {
 	pending []*call         // set-up calls waiting for the connection's first session
 	det     *wire.Detector  // while the first bytes left the protocol undecided
 	slab    *[callSlab]call // where its next calls are made (see newCall)
+	h2      *h2Conn         // an HTTP/2 connection's streams (h2.go); nil for any other
 	slabN   uint8           // calls of slab made
 	bgSetup bool            // its set-up calls went into a background session
 	// to 192 bytes, a size class whose objects start on a cache line (at
 	// 160 they would straddle two every other time)
-	_ [14]byte
+	_ [6]byte
 }
 
 // callSlab is how many calls a connection makes at once: a request
@@ -77,6 +79,7 @@ type call struct {
 	// for plain TCP (and for a MySQL connection's calls before its SSL
 	// upgrade).
 	tls *hook.TLSInfo
+	h2  *h2Call // a call of an HTTP/2 stream (h2.go), nil for any other
 }
 
 // protoName is the connection's protocol as recorded (called with oc.mu
@@ -162,13 +165,16 @@ func snapshotCalls(calls []*call, base int64) []recording.Call {
 // snapshotLocked returns the call as recorded so far, start relative to
 // base (called with c.oc.mu held).
 func (c *call) snapshotLocked(base int64) recording.Call {
-	return recording.Call{Proto: c.oc.protoName(), Dst: c.oc.info.Remote, Host: c.oc.info.Host, Setup: c.setup, Conn: int64(c.oc.id),
+	proto, note := "", ""
+	if c.h2 != nil {
+		proto, note = c.h2Snapshot()
+	} else {
+		proto = c.oc.protoName()
+	}
+	return recording.Call{Proto: proto, Dst: c.oc.info.Remote, Host: c.oc.info.Host, Setup: c.setup, Conn: int64(c.oc.id),
 		Request: c.req.view(), Response: c.resp.view(), StartNs: c.start - base, DurNs: c.end - c.start,
-		RequestTruncated: c.req.truncated, ResponseTruncated: c.resp.truncated, TLS: tlsOf(c.tls)}
+		RequestTruncated: c.req.truncated, ResponseTruncated: c.resp.truncated, TLS: tlsOf(c.tls), Note: note}
 }
-
-// h2Note is what a recording says of a connection that negotiated HTTP/2.
-const h2Note = "HTTP/2 negotiated through ALPN h2: recorded as raw bytes, not decoded"
 
 // tlsOf is the recording's form of a connection's TLS.
 func tlsOf(t *hook.TLSInfo) recording.TLS {
@@ -182,9 +188,6 @@ func tlsOf(t *hook.TLSInfo) recording.TLS {
 	}
 	if t.Curve != 0 {
 		r.Curve = t.Curve.String()
-	}
-	if t.ALPN == "h2" {
-		r.Note = h2Note
 	}
 	return r
 }
@@ -260,16 +263,43 @@ func (r *Recorder) OutboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 	now := r.now()
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
-	if oc.tap == nil {
+	if oc.tap == nil && !oc.h2.on() {
+		var before []byte // the start of the preface, held back
+		if oc.h2 != nil {
+			before = oc.h2.pending
+		}
+		v := preface(before, p)
 		if t := c.TLS.Load(); t != nil && t.ALPN == "h2" {
-			// HTTP/2 is not decoded: its bytes are recorded raw
-			oc.det, oc.proto = nil, protocols.All.Fallback()
-			oc.tap = oc.proto.NewTap()
-		} else {
+			v = http2.Sure
+		}
+		switch {
+		case v == http2.Sure:
+			r.startH2(oc) // a stream per call (h2.go)
+			if len(before) > 0 {
+				r.h2Feed(oc, http2.Client, before, now)
+			}
+		case v == http2.NotYet:
+			// the start of the preface: no call until it is decided
+			if oc.h2 == nil {
+				oc.h2 = &h2Conn{}
+			}
+			oc.h2.pending = append(oc.h2.pending, p...)
+			return
+		default:
+			if before != nil {
+				// held bytes that were not the preface after all: they
+				// start the call
+				oc.h2 = nil
+				p = append(before[:len(before):len(before)], p...)
+			}
 			oc.detect(wire.Client, p)
 		}
 	}
 	oc.wrote = true
+	if oc.h2 != nil {
+		r.h2Feed(oc, http2.Client, p, now)
+		return
+	}
 	cur := oc.cur
 	var f wire.Filing
 	if oc.tap != nil {
@@ -367,6 +397,10 @@ func (r *Recorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 	now := r.now()
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
+	if oc.h2.on() {
+		r.h2Feed(oc, http2.Server, p, now)
+		return
+	}
 	cur := oc.cur
 	switch {
 	case cur == nil && !oc.wrote:
@@ -425,7 +459,11 @@ func (r *Recorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 // first lines of wire.Decoded.Text), "" when it does not decode: what
 // recording.PipelineConfig.Decode wants.
 func Decode(proto string, request []byte) string {
-	d, ok := protocols.All.For(proto).Decode(wire.Client, request)
+	p := protocols.All.For(proto)
+	if proto == http2.GRPCName || proto == http2.Name {
+		p = http2.Protocol // a gRPC stream's halves are HTTP/2's recorded form
+	}
+	d, ok := p.Decode(wire.Client, request)
 	if !ok {
 		return ""
 	}

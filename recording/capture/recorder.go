@@ -39,6 +39,9 @@ type Stats struct {
 	Active     int64 `json:"active"`     // sessions in progress
 	Overflow   int64 `json:"overflow"`   // sampled requests not recorded: MaxActive sessions in progress
 	Incomplete int64 `json:"incomplete"` // sessions dropped: connection closed before any response byte
+	// H2Lost counts inbound HTTP/2 connections that could not be followed
+	// (bad framing or HPACK): their streams from then on are not recorded.
+	H2Lost int64 `json:"h2_lost,omitempty"`
 }
 
 // Recorder implements hook.Recorder: it assembles sessions from the
@@ -58,8 +61,12 @@ type Recorder struct {
 	bg       background // calls of no request (background.go)
 
 	activeN, overflow, incomplete atomic.Int64
-	closeOnce                     sync.Once
-	closeErr                      error
+	// h2Failed counts inbound HTTP/2 connections that could not be
+	// followed (h2in.go), logged once (h2Logged).
+	h2Failed  atomic.Int64
+	h2Logged  atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
 }
 
 var (
@@ -92,7 +99,7 @@ func (r *Recorder) now() int64 { return int64(time.Since(r.base)) }
 // Stats returns the counters.
 func (r *Recorder) Stats() Stats {
 	return Stats{Stats: r.pipe.Stats(), Active: r.activeN.Load(), Overflow: r.overflow.Load(),
-		Incomplete: r.incomplete.Load()}
+		Incomplete: r.incomplete.Load(), H2Lost: r.h2Failed.Load()}
 }
 
 // Flush writes every finished session to the store.
@@ -123,7 +130,7 @@ func (r *Recorder) Close(ctx context.Context) error {
 				"recorded", st.Recorded, "dropped", st.Dropped, "buffer_full", st.BufferFull,
 				"abandoned", st.Abandoned, "rejected", st.Rejected, "masked", st.Masked,
 				"mask_skipped", st.MaskSkipped, "truncated", st.Truncated, "write_errors", st.WriteErrors,
-				"overflow", st.Overflow, "incomplete", st.Incomplete, "err", r.closeErr)
+				"overflow", st.Overflow, "incomplete", st.Incomplete, r.h2Attrs(), "err", r.closeErr)
 		}
 	})
 	return r.closeErr
@@ -167,6 +174,8 @@ type inbound struct {
 	// tls is what the connection's TLS handshake negotiated (it precedes
 	// every request), nil for plain TCP.
 	tls *hook.TLSInfo
+	// h2 is the connection's HTTP/2 state (h2in.go), nil for HTTP/1.
+	h2 atomic.Pointer[h2In]
 }
 
 // inboundOf returns the state of an accepted connection, made on first
@@ -214,7 +223,10 @@ type active struct {
 	// inbound.newest) read it without the lock.
 	ended atomic.Bool
 	mu    sync.Mutex // guards what follows, up to next
-	calls []*call
+	// stream is the HTTP/2 stream of the session, 0 for HTTP/1 (in the
+	// padding before calls)
+	stream uint32
+	calls  []*call
 
 	arena  arena // the bytes of req and resp
 	req    payload
@@ -355,6 +367,9 @@ func inboundSession(c *hook.ConnInfo, tid string) *active {
 func (r *Recorder) RandomStarted(c *hook.ConnInfo, tid string, rnd *trace.Random) {
 	a := inboundSession(c, tid)
 	if a == nil {
+		a = r.session(tid) // an HTTP/2 stream's
+	}
+	if a == nil {
 		return
 	}
 	a.mu.Lock()
@@ -409,6 +424,7 @@ func (r *Recorder) InboundWrite(c *hook.ConnInfo, tid string, p []byte) {
 func (r *Recorder) Closed(c *hook.ConnInfo) {
 	ic, ok := c.Data.Load().(*inbound)
 	if !ok {
+		r.closedH2(c)
 		return
 	}
 	ic.mu.Lock()
@@ -419,6 +435,7 @@ func (r *Recorder) Closed(c *hook.ConnInfo) {
 	for a := first; a != nil; a = a.next {
 		r.end(a)
 	}
+	r.h2Closed(ic)
 }
 
 // drop ends a session without recording it; false if it had ended.

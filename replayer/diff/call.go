@@ -10,6 +10,7 @@ import (
 	"github.com/retrace-dev/retrace/wire/http1"
 	"github.com/retrace-dev/retrace/wire/mysql"
 	"github.com/retrace-dev/retrace/wire/postgres"
+	"github.com/retrace-dev/retrace/wire/protocols"
 	"github.com/retrace-dev/retrace/wire/redis"
 )
 
@@ -29,7 +30,11 @@ import (
 //     path "sql" (or "sql[i]" for several), every bound parameter decoded
 //     by type, path "params[j]", COPY data, path "copy" (statement names
 //     are the connection's own and are not compared)
-//   - anything else, or bytes that do not parse: path "bytes"
+//   - any other protocol: field by field in its decoded form
+//     (wire.Protocol.Decode; see CompareDecoded), paths those of its
+//     fields (gRPC and HTTP/2: "method", "path", "header.x",
+//     "message[0].1", …)
+//   - bytes that do not parse: path "bytes"
 func (r *Rules) CompareCalls(api, proto, dst string, want, got []byte) []Difference {
 	if bytes.Equal(want, got) {
 		return nil
@@ -61,6 +66,17 @@ func (r *Rules) CompareCalls(api, proto, dst string, want, got []byte) []Differe
 		if w, ok := postgres.DecodeRequest(want, nil); ok {
 			if g, ok := postgres.DecodeRequest(got, nil); ok {
 				c.postgres(w, g)
+				return c.result()
+			}
+		}
+	default:
+		p, known := protocols.All.Lookup(proto)
+		if !known || p == protocols.All.Fallback() {
+			break // raw bytes: where they first differ says more
+		}
+		if w, ok := p.Decode(wire.Client, want); ok {
+			if g, ok := p.Decode(wire.Client, got); ok {
+				c.decoded(unflatten(w.Fields), unflatten(g.Fields))
 				return c.result()
 			}
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/replayer/load"
+	"github.com/retrace-dev/retrace/wire/http2"
 )
 
 // SessionReader is what Recordings reads: recording.Reader's Scan.
@@ -59,9 +60,15 @@ var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Trans
 // request: sent at the session's start, with its method, request URI,
 // end-to-end headers and body. The recorded Host is dropped (the load target
 // decides it; prepare --host sets one).
+//
+// A gRPC session is a KindGRPC request: its method path, its metadata and
+// its request messages as recorded.
 func SessionRequest(s *recording.Session) (*load.Request, error) {
+	if s.Inbound.Proto == http2.GRPCName {
+		return grpcRequest(s)
+	}
 	if s.Inbound.Proto != "" && s.Inbound.Proto != "http" {
-		return nil, fmt.Errorf("inbound protocol %q is not http", s.Inbound.Proto)
+		return nil, fmt.Errorf("inbound protocol %q is neither http nor grpc", s.Inbound.Proto)
 	}
 	if s.Inbound.RequestTruncated {
 		return nil, errors.New("inbound request was truncated by the recorder")
@@ -114,4 +121,39 @@ func NewRecordingFiles(name string, r io.Reader) Source {
 		}
 		return SessionRequest(s)
 	}}
+}
+
+// grpcRequest turns a recorded gRPC session into a timed request.
+func grpcRequest(s *recording.Session) (*load.Request, error) {
+	if s.Inbound.RequestTruncated {
+		return nil, errors.New("inbound request was truncated by the recorder")
+	}
+	m, _, err := http2.ParseMessage(s.Inbound.Request)
+	if err != nil {
+		return nil, fmt.Errorf("inbound gRPC request: %w", err)
+	}
+	path, _ := http2.Get(m.Header, ":path")
+	h := http.Header{}
+	for _, f := range m.Header {
+		if f.IsPseudo() || strings.HasPrefix(f.Name, "retrace-") {
+			continue
+		}
+		switch f.Name {
+		case "content-length", "te", "connection", "host", "grpc-timeout":
+			continue // the stream's own; a recorded deadline would be stale
+		}
+		h.Add(f.Name, f.Value)
+	}
+	if len(h) == 0 {
+		h = nil
+	}
+	req := &load.Request{
+		At:     s.At.Add(time.Duration(s.Inbound.StartNs)),
+		ID:     s.ID,
+		Kind:   load.KindGRPC,
+		URL:    path,
+		Header: h,
+		Body:   m.Data,
+	}
+	return req, req.Validate()
 }

@@ -57,7 +57,9 @@ func (t *traceIDs) next(rec string) (string, error) {
 }
 
 // HTTPExecutor sends KindHTTP requests with a keep-alive client whose pool
-// holds as many connections as requests in flight.
+// holds as many connections as requests in flight, and KindGRPC requests
+// as HTTP/2 streams to the same target (h2c with prior knowledge for
+// http://, h2 over TLS for https://) on shared connections.
 type HTTPExecutor struct {
 	base       *url.URL
 	client     *http.Client
@@ -66,6 +68,7 @@ type HTTPExecutor struct {
 	closeOnce  sync.Once
 	traces     *traceIDs // nil: no trace ids sent
 	replayTime bool
+	grpc       *grpcExecutor // KindGRPC requests, as HTTP/2 streams to the same target
 }
 
 var _ Executor = (*HTTPExecutor)(nil)
@@ -94,6 +97,7 @@ func NewHTTPExecutor(target string, cfg ExecutorConfig) (*HTTPExecutor, error) {
 		WriteBufferSize:       16 << 10,
 		ReadBufferSize:        16 << 10,
 	}
+	traces := newTraceIDs(cfg.Traces)
 	return &HTTPExecutor{
 		base:      base,
 		transport: tr,
@@ -105,8 +109,9 @@ func NewHTTPExecutor(target string, cfg ExecutorConfig) (*HTTPExecutor, error) {
 			},
 		},
 		failStatus: cfg.FailStatus,
-		traces:     newTraceIDs(cfg.Traces),
+		traces:     traces,
 		replayTime: cfg.ReplayTime,
+		grpc:       newGRPCExecutor(base, nil, traces, cfg.ReplayTime),
 	}, nil
 }
 
@@ -115,7 +120,9 @@ var discardBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return 
 
 // Execute implements Executor.
 func (e *HTTPExecutor) Execute(ctx context.Context, r *Request) Outcome {
-	if k := r.EffectiveKind(); k != KindHTTP {
+	if k := r.EffectiveKind(); k == KindGRPC {
+		return e.grpc.Execute(ctx, r)
+	} else if k != KindHTTP {
 		return Outcome{Err: fmt.Errorf("request of kind %q cannot run on HTTP target %s", k, e.base.Redacted())}
 	}
 	req, err := e.newRequest(ctx, r)
@@ -222,6 +229,9 @@ func filterHeader(h http.Header, host *string) http.Header {
 
 // Close implements Executor.
 func (e *HTTPExecutor) Close() error {
-	e.closeOnce.Do(e.transport.CloseIdleConnections)
+	e.closeOnce.Do(func() {
+		e.transport.CloseIdleConnections()
+		e.grpc.Close()
+	})
 	return nil
 }

@@ -26,6 +26,8 @@ const FormatVersion = 1
 const (
 	KindHTTP = "http" // Method, URL, Header, Body
 	KindSQL  = "sql"  // Query, Args
+	// KindGRPC (grpc.go): URL is the method path, Header the metadata,
+	// Body the length-prefixed request messages.
 )
 
 // Request is one timed request: one line of the timed-request JSONL.
@@ -70,11 +72,13 @@ type wireRequest struct {
 	Meta    map[string]string `json:"meta,omitempty"`
 
 	// Outcome, in errors.jsonl only.
-	Error     string    `json:"error,omitempty"`
-	Status    int       `json:"status,omitempty"`
-	SentAt    time.Time `json:"sent_at,omitzero"`
-	LatencyMs float64   `json:"latency_ms,omitempty"`
-	Shard     string    `json:"shard,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Status int    `json:"status,omitempty"`
+	// GRPCStatus is the grpc-status of a failed gRPC call.
+	GRPCStatus string    `json:"grpc_status,omitempty"`
+	SentAt     time.Time `json:"sent_at,omitzero"`
+	LatencyMs  float64   `json:"latency_ms,omitempty"`
+	Shard      string    `json:"shard,omitempty"`
 }
 
 func (r *Request) wire() wireRequest {
@@ -153,8 +157,12 @@ func (r *Request) Validate() error {
 		if strings.TrimSpace(r.Query) == "" {
 			return errors.New(`sql request has no "query"`)
 		}
+	case KindGRPC:
+		if !strings.HasPrefix(r.URL, "/") || strings.Count(r.URL, "/") != 2 {
+			return fmt.Errorf(`grpc request "url" %q is not a method path (/package.Service/Method)`, r.URL)
+		}
 	default:
-		return fmt.Errorf("unknown kind %q (want %q or %q)", r.Kind, KindHTTP, KindSQL)
+		return fmt.Errorf("unknown kind %q (want %q, %q or %q)", r.Kind, KindHTTP, KindSQL, KindGRPC)
 	}
 	return nil
 }
@@ -190,8 +198,11 @@ func (r *Request) APIName() string {
 // path segments become "{id}", so /orders/17 and /orders/18 count as one
 // API); the first keyword and table for SQL ("SELECT orders").
 func DefaultAPI(r *Request) string {
-	if r.EffectiveKind() == KindSQL {
+	switch r.EffectiveKind() {
+	case KindSQL:
 		return sqlAPI(r.Query)
+	case KindGRPC: // as regression replay names a gRPC session
+		return recording.APIName(http.MethodPost, r.URL)
 	}
 	return recording.APIName(r.HTTPMethod(), requestPath(r.URL))
 }

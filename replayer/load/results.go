@@ -38,7 +38,7 @@ type Stats struct {
 	API    string           `json:"api"`
 	Count  int64            `json:"count"`
 	Errors int64            `json:"errors"`
-	Status map[string]int64 `json:"status,omitempty"` // HTTP status → count
+	Status map[string]int64 `json:"status,omitempty"` // HTTP status, or "grpc-<code>" for gRPC answers → count
 	P50Ms  float64          `json:"p50_ms"`
 	P90Ms  float64          `json:"p90_ms"`
 	P99Ms  float64          `json:"p99_ms"`
@@ -139,7 +139,7 @@ func (a *apiStats) stats(name string) (Stats, error) {
 	if len(a.status) > 0 {
 		s.Status = make(map[string]int64, len(a.status))
 		for k, v := range a.status {
-			s.Status[strconv.Itoa(k)] = v
+			s.Status[statusKey(k)] = v
 		}
 	}
 	return s, FillStats(&s, a.hist, true)
@@ -248,7 +248,11 @@ func (r *recorder) failed(req *Request, sentAt time.Time, d time.Duration, o Out
 	}
 	w := req.wire()
 	w.Error = o.Err.Error()
-	w.Status = o.Status
+	if o.Status >= grpcOutcome {
+		w.GRPCStatus = strconv.Itoa(o.Status - grpcOutcome)
+	} else {
+		w.Status = o.Status
+	}
 	w.SentAt = sentAt
 	w.LatencyMs = float64(d) / float64(time.Millisecond)
 	w.Shard = r.shard
@@ -325,4 +329,13 @@ func ReadResults(r io.Reader, name string) (*Results, error) {
 		return nil, fmt.Errorf("%s: unsupported results version %d (want %d)", name, res.V, ResultsVersion)
 	}
 	return &res, nil
+}
+
+// statusKey names an outcome's status in results: the HTTP status, or
+// "grpc-<code>" for a gRPC answer.
+func statusKey(st int) string {
+	if st >= grpcOutcome {
+		return "grpc-" + strconv.Itoa(st-grpcOutcome)
+	}
+	return strconv.Itoa(st)
 }

@@ -63,7 +63,7 @@ func TestDownstreamFindings(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fs, calls := downstream(rules, "GET /x", sess, &mockserver.TraceReport{Calls: tc.calls, Unused: tc.unused})
+			fs, calls := downstream(rules, nil, "GET /x", sess, &mockserver.TraceReport{Calls: tc.calls, Unused: tc.unused})
 			var got []string
 			for _, f := range fs {
 				got = append(got, fmt.Sprintf("%s %s %s→%s", f.Label(), f.Kind, f.Want, f.Got))
@@ -161,7 +161,7 @@ func TestMySQLComparedByCommand(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			fs, _ := downstream(nil, "POST /o", sess, &mockserver.TraceReport{Calls: tc.calls})
+			fs, _ := downstream(nil, nil, "POST /o", sess, &mockserver.TraceReport{Calls: tc.calls})
 			var got []string
 			for _, f := range fs {
 				got = append(got, fmt.Sprintf("%s %s %s→%s", f.Label(), f.Kind, f.Want, f.Got))
@@ -201,7 +201,7 @@ func TestMySQLStatementsKnownByTheirMatch(t *testing.T) {
 	}
 	// The mock numbered the statements 1 and 2 and the executes arrived in
 	// the other order: each is still compared with its own statement's.
-	fs, _ := downstream(nil, "POST /o", sess, &mockserver.TraceReport{Calls: []mockserver.ObservedCall{
+	fs, _ := downstream(nil, nil, "POST /o", sess, &mockserver.TraceReport{Calls: []mockserver.ObservedCall{
 		obs(0, 1, mysqlPkt(0x16, "SELECT cents FROM rates WHERE c = ?")),
 		obs(1, 0, mysqlPkt(0x16, "SELECT a FROM users WHERE id = ?")),
 		obs(2, 3, execOne(1, "IT")),
@@ -234,7 +234,7 @@ func TestMySQLAbandonedStatement(t *testing.T) {
 		return mockserver.ObservedCall{Seq: seq, Matched: matched, Proto: "mysql", Dst: db, Request: []byte(req), Statement: statement}
 	}
 	findings := func(calls ...mockserver.ObservedCall) string {
-		fs, _ := downstream(nil, "POST /o", sess, &mockserver.TraceReport{Calls: calls})
+		fs, _ := downstream(nil, nil, "POST /o", sess, &mockserver.TraceReport{Calls: calls})
 		var got []string
 		for _, f := range fs {
 			got = append(got, fmt.Sprintf("%s %s %s→%s", f.Label(), f.Kind, f.Want, f.Got))
@@ -275,7 +275,7 @@ func TestMatchedSeqOfAnotherDestination(t *testing.T) {
 	}}
 	prepare := mysqlPkt(0x16, "SELECT a FROM users WHERE id = ?")
 	for _, setup := range []bool{false, true} { // as the mock server reported it before and after
-		fs, _ := downstream(nil, "GET /x", sess, &mockserver.TraceReport{Calls: []mockserver.ObservedCall{
+		fs, _ := downstream(nil, nil, "GET /x", sess, &mockserver.TraceReport{Calls: []mockserver.ObservedCall{
 			{Seq: 0, Matched: 0, Proto: "mysql", Dst: db, Setup: setup, Request: []byte(prepare)},
 			{Seq: 1, Matched: 0, Proto: "redis", Dst: rd, Request: []byte(get)},
 		}})

@@ -113,6 +113,15 @@ func (r *runner) probe(ctx context.Context, w *worker, s *recording.Session, run
 	method, path := RequestLine(s.Inbound.Request)
 	api := APIName(method, path)
 	comment := fmt.Sprintf("noise: differed between %d replays of session %s", runs, s.ID)
+	var h2rec *h2Recorded
+	if isH2(s) {
+		rec, err := r.readH2(s)
+		if err != nil {
+			p.errors++
+			return p
+		}
+		h2rec = rec
+	}
 	sides := []*side{r.candidate}
 	if r.baseline != nil {
 		sides = append(sides, r.baseline)
@@ -121,6 +130,9 @@ func (r *runner) probe(ctx context.Context, w *worker, s *recording.Session, run
 		var first *attempt
 		for k := 0; k < runs; k++ {
 			a := r.replay(ctx, w, sd, s, k, "n"+sd.name[:1])
+			if a.err == nil && h2rec != nil {
+				a.err = r.decodeReplayed(h2rec, &a)
+			}
 			if a.err != nil {
 				p.errors++
 				continue
@@ -129,11 +141,20 @@ func (r *runner) probe(ctx context.Context, w *worker, s *recording.Session, run
 				first = &a
 				continue
 			}
-			if a.resp.Status != first.resp.Status {
-				p.unstable = true
+			var ds []diff.Difference
+			if h2rec != nil {
+				if h2Status(a.h2dec) != h2Status(first.h2dec) {
+					p.unstable = true
+				}
+				ds = r.cfg.Rules.CompareDecoded(api, diff.ScopeResponse, "", *first.h2dec, *a.h2dec)
+			} else {
+				if a.resp.Status != first.resp.Status {
+					p.unstable = true
+				}
+				ds = r.cfg.Rules.CompareResponses(api, first.resp, a.resp)
 			}
-			for _, d := range r.cfg.Rules.CompareResponses(api, first.resp, a.resp) {
-				if d.Path == "status" || d.Path == "…" {
+			for _, d := range ds {
+				if d.Path == "status" || d.Path == "grpc-status" || d.Path == "…" {
 					continue
 				}
 				p.rules = append(p.rules, diff.Rule{API: api, Scope: diff.ScopeResponse, Ignore: noisePath(d.Path), Comment: comment})
@@ -154,7 +175,7 @@ func (r *runner) probe(ctx context.Context, w *worker, s *recording.Session, run
 func (r *runner) downstreamNoise(api string, s *recording.Session, a, b *attempt, comment string) []diff.Rule {
 	type key struct{ dst, path, kind, got string }
 	keys := func(at *attempt) map[key]bool {
-		fs, _ := downstream(r.cfg.Rules, api, s, at.report)
+		fs, _ := downstream(r.cfg.Rules, r.cfg.Schema, api, s, at.report)
 		m := make(map[key]bool, len(fs))
 		for _, f := range fs {
 			if f.Call != nil && f.Path != "call" && f.Path != "…" {
@@ -182,6 +203,13 @@ func (r *runner) downstreamNoise(api string, s *recording.Session, a, b *attempt
 func noisePath(p string) string {
 	if p == "body" || strings.HasPrefix(p, "body.") || strings.HasPrefix(p, "body[") {
 		return diff.Generalize(p)
+	}
+	// Inside a gRPC message: which message is kept, indices within it
+	// are generalised.
+	if q, ok := strings.CutPrefix(p, "message["); ok {
+		if i := strings.Index(q, "]."); i > 0 {
+			return "message[" + q[:i] + "]." + diff.Generalize(q[i+2:])
+		}
 	}
 	return p
 }

@@ -2,13 +2,14 @@ package regress
 
 import (
 	"fmt"
-	"github.com/retrace-dev/retrace/wire/http1"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/retrace-dev/retrace/replayer/diff"
 	"github.com/retrace-dev/retrace/wire"
+	"github.com/retrace-dev/retrace/wire/http1"
+	"github.com/retrace-dev/retrace/wire/http2"
 	"github.com/retrace-dev/retrace/wire/protocols"
 )
 
@@ -119,6 +120,11 @@ type Detail struct {
 	Replayed *http1.ParsedResponse // the candidate's response; nil when it failed
 	Baseline *http1.ParsedResponse // A/B mode: the baseline's response
 	Calls    []CallDetail          // downstream calls, in order of arrival, then unused recorded calls
+	// HTTP/2 and gRPC sessions: the request and the responses in their
+	// decoded form (wire/http2: method, path, status, header.x,
+	// message[i].field, trailer.x, grpc-status, grpc-message); nil for
+	// HTTP/1 sessions, and ReplayedForm when the replay failed.
+	RequestForm, RecordedForm, ReplayedForm, BaselineForm *wire.Decoded
 }
 
 // CallDetail is one downstream call of a failing session.
@@ -127,6 +133,10 @@ type CallDetail struct {
 	Recorded []byte // the recorded request; nil for a call without recording
 	Replayed []byte // the request the replay made; nil for a recorded call never made
 	Diffs    []diff.Difference
+	// RecordedForm and ReplayedForm are the two requests decoded, when
+	// the replayer decoded them itself (gRPC with a schema); nil: the
+	// report decodes them by their protocol.
+	RecordedForm, ReplayedForm *wire.Decoded
 }
 
 // maxDetailBytes caps each payload kept in a Detail.
@@ -151,6 +161,11 @@ func capResponse(r *http1.ParsedResponse) *http1.ParsedResponse {
 // summarize renders a downstream request in one line: the first line of
 // its protocol's decoded form, else its first bytes quoted.
 func summarize(proto string, req []byte) string {
+	if proto == http2.GRPCName || proto == http2.Name {
+		if m, _, err := http2.ParseMessage(req); err == nil {
+			return cut(http2.DecodeMessage(false, m, nil, "").Text, 120)
+		}
+	}
 	if d, ok := protocols.All.For(proto).Decode(wire.Client, req); ok {
 		line, _, _ := strings.Cut(d.Text, "\n")
 		return cut(line, 120)

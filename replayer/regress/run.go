@@ -13,7 +13,10 @@ import (
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/replayer/diff"
 	"github.com/retrace-dev/retrace/trace"
+	"github.com/retrace-dev/retrace/wire"
 	"github.com/retrace-dev/retrace/wire/http1"
+	"github.com/retrace-dev/retrace/wire/http2"
+	"github.com/retrace-dev/retrace/wire/protobuf/descriptors"
 )
 
 // Config describes a regression replay. Source and Target are required.
@@ -59,6 +62,10 @@ type Config struct {
 	// first sessions that recorded some). Set it when every downstream of
 	// the target is a pass-through destination.
 	NoModeCheck bool
+	// Schema, when set, decodes the protobuf messages of gRPC sessions and
+	// calls by field name (a descriptor set, or the target's server
+	// reflection); nil: by field number.
+	Schema *descriptors.Schema
 	// Logf receives warnings that do not stop the run (a recording line
 	// that does not decode, a mock admin call that failed to clean up).
 	// Nil: discarded.
@@ -95,7 +102,8 @@ var ErrConfig = errors.New("bad replay configuration")
 type side struct {
 	name   string // "candidate" or "baseline"
 	target *target
-	admin  *admin // nil: no downstream diff
+	admin  *admin    // nil: no downstream diff
+	h2     *h2Client // HTTP/2 and gRPC sessions: streams of shared connections
 }
 
 type runner struct {
@@ -133,7 +141,7 @@ func newSide(name, targetURL, adminURL string, cfg *Config) (*side, error) {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	t.tlsConfig = cfg.TLS
-	s := &side{name: name, target: t}
+	s := &side{name: name, target: t, h2: &h2Client{t: t}}
 	if adminURL != "" {
 		if s.admin, err = newAdmin(adminURL, cfg.MockAdminToken, cfg.Concurrency, cfg.Timeout); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -146,6 +154,9 @@ func (r *runner) close() {
 	for _, s := range []*side{r.candidate, r.baseline} {
 		if s != nil && s.admin != nil {
 			s.admin.close()
+		}
+		if s != nil {
+			s.h2.close()
 		}
 	}
 }
@@ -292,7 +303,9 @@ func Count(ctx context.Context, cfg Config) (int, error) {
 // attempt is one replay of a session against one side.
 type attempt struct {
 	trace  string
-	resp   *http1.ParsedResponse
+	resp   *http1.ParsedResponse // HTTP/1 sessions
+	h2     *h2Response           // HTTP/2 and gRPC sessions
+	h2dec  *wire.Decoded         // h2 decoded
 	report *mockserver.TraceReport
 	err    error
 }
@@ -311,7 +324,11 @@ func (r *runner) replay(ctx context.Context, w *worker, sd *side, s *recording.S
 	if s.At.IsZero() {
 		at = 0
 	}
-	a.resp, a.err = w.client(sd, r.cfg.Timeout).do(ctx, s.Inbound.Request, a.trace, replayed{time: at, random: s.Random})
+	if isH2(s) {
+		a.h2, a.err = r.replayH2(ctx, sd, s, a.trace, at)
+	} else {
+		a.resp, a.err = w.client(sd, r.cfg.Timeout).do(ctx, s.Inbound.Request, a.trace, replayed{time: at, random: s.Random})
+	}
 	if sd.admin != nil {
 		rep, err := sd.admin.report(ctx, a.trace)
 		if err != nil && a.err == nil {
@@ -323,6 +340,21 @@ func (r *runner) replay(ctx context.Context, w *worker, sd *side, s *recording.S
 		}
 	}
 	return a
+}
+
+// replayH2 sends an HTTP/2 or gRPC session as one stream.
+func (r *runner) replayH2(ctx context.Context, sd *side, s *recording.Session, trace string, at int64) (*h2Response, error) {
+	req, _, err := http2.ParseMessage(s.Inbound.Request)
+	if err != nil {
+		return nil, fmt.Errorf("%w: request: %v", errRecordedH2, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	resp, err := sd.h2.do(ctx, req, trace, at)
+	if err != nil && ctx.Err() == context.DeadlineExceeded {
+		err = fmt.Errorf("timeout after %v: %w", r.cfg.Timeout, err)
+	}
+	return resp, err
 }
 
 // traceID picks the trace id of one replay. With a mock admin API every
@@ -357,6 +389,9 @@ func (r *runner) replaySession(ctx context.Context, w *worker, j job) *Result {
 	if s.Inbound.RequestTruncated {
 		return fail(fmt.Errorf("recorded request was truncated at %d bytes; not replayed", len(s.Inbound.Request)), nil)
 	}
+	if isH2(s) {
+		return r.replaySessionH2(ctx, w, j, res, fail)
+	}
 	rec, err := http1.ParseResponse(s.Inbound.Response, method)
 	if err != nil {
 		return fail(fmt.Errorf("recorded response: %w", err), &Detail{Request: capBytes(s.Inbound.Request)})
@@ -371,7 +406,7 @@ func (r *runner) replaySession(ctx context.Context, w *worker, j job) *Result {
 	if cand.report != nil {
 		r.mode.observe(s, len(cand.report.Calls))
 	}
-	found, calls := r.judge(res.API, s, rec, cand)
+	found, calls := r.judge(res.API, s, recorded{http: rec}, cand)
 	detail.Calls = calls
 	if r.baseline != nil {
 		base := r.replay(ctx, w, r.baseline, s, j.k, "b")
@@ -379,7 +414,7 @@ func (r *runner) replaySession(ctx context.Context, w *worker, j job) *Result {
 		if base.err != nil {
 			return fail(fmt.Errorf("baseline: %w", base.err), detail)
 		}
-		inBase, _ := r.judge(res.API, s, rec, base)
+		inBase, _ := r.judge(res.API, s, recorded{http: rec}, base)
 		found, res.Preexisting = classify(found, inBase)
 	}
 	res.Findings = found
@@ -390,10 +425,70 @@ func (r *runner) replaySession(ctx context.Context, w *worker, j job) *Result {
 	return res
 }
 
+// replaySessionH2 replays one job of an HTTP/2 or gRPC session and
+// judges it: its response decoded (status, metadata, messages field by
+// field, trailers, gRPC status) against the recorded one. An exchange
+// that does not decode on either side is an error, never a pass.
+func (r *runner) replaySessionH2(ctx context.Context, w *worker, j job, res *Result, fail func(error, *Detail) *Result) *Result {
+	s := j.s
+	rec, err := r.readH2(s)
+	if err != nil {
+		return fail(err, &Detail{Request: capBytes(s.Inbound.Request)})
+	}
+	detail := &Detail{Request: capBytes(s.Inbound.Request), RequestForm: &rec.request, RecordedForm: &rec.decoded}
+	cand := r.replay(ctx, w, r.candidate, s, j.k, "")
+	res.Trace = cand.trace
+	if cand.err == nil {
+		cand.err = r.decodeReplayed(rec, &cand)
+	}
+	detail.ReplayedForm = cand.h2dec
+	if cand.err != nil {
+		return fail(cand.err, detail)
+	}
+	if cand.report != nil {
+		r.mode.observe(s, len(cand.report.Calls))
+	}
+	found, calls := r.judge(res.API, s, recorded{h2: &rec.decoded}, cand)
+	detail.Calls = calls
+	if r.baseline != nil {
+		base := r.replay(ctx, w, r.baseline, s, j.k, "b")
+		if base.err == nil {
+			base.err = r.decodeReplayed(rec, &base)
+		}
+		detail.BaselineForm = base.h2dec
+		if base.err != nil {
+			return fail(fmt.Errorf("baseline: %w", base.err), detail)
+		}
+		inBase, _ := r.judge(res.API, s, recorded{h2: &rec.decoded}, base)
+		found, res.Preexisting = classify(found, inBase)
+	}
+	res.Findings = found
+	res.Status = Passed
+	if len(found) > 0 {
+		res.Status, res.Detail = Failed, detail
+	}
+	return res
+}
+
+// recorded is a session's recorded response as compared: an HTTP/1
+// response, or an HTTP/2 one decoded.
+type recorded struct {
+	http *http1.ParsedResponse
+	h2   *wire.Decoded
+}
+
+// compareResponse diffs the response of an attempt with the recorded one.
+func (r *runner) compareResponse(api string, rec recorded, a *attempt) []diff.Difference {
+	if rec.h2 != nil {
+		return r.cfg.Rules.CompareDecoded(api, diff.ScopeResponse, "", *rec.h2, *a.h2dec)
+	}
+	return r.cfg.Rules.CompareResponses(api, rec.http, a.resp)
+}
+
 // judge diffs one attempt against the recording.
-func (r *runner) judge(api string, s *recording.Session, rec *http1.ParsedResponse, a attempt) ([]Finding, []CallDetail) {
+func (r *runner) judge(api string, s *recording.Session, rec recorded, a attempt) ([]Finding, []CallDetail) {
 	var out []Finding
-	for _, d := range r.cfg.Rules.CompareResponses(api, rec, a.resp) {
+	for _, d := range r.compareResponse(api, rec, &a) {
 		out = append(out, Finding{Difference: d, Where: InResponse})
 	}
 	if a.report == nil {
@@ -403,7 +498,7 @@ func (r *runner) judge(api string, s *recording.Session, rec *http1.ParsedRespon
 		out = append(out, Finding{Where: InRandom, Difference: diff.Difference{
 			Path: fmt.Sprintf("%s[%d]", d.Source, d.Draw), Kind: diff.Added, Note: "randomness diverged: " + d.Reason}})
 	}
-	fs, calls := downstream(r.cfg.Rules, api, s, a.report)
+	fs, calls := downstream(r.cfg.Rules, r.cfg.Schema, api, s, a.report)
 	return append(out, fs...), calls
 }
 
@@ -413,7 +508,7 @@ const maxCallDetails = 200
 // downstream diffs every call the replay made with the recorded call it
 // matched, and flags calls without recording and recorded calls never
 // made.
-func downstream(rules *diff.Rules, api string, s *recording.Session, rep *mockserver.TraceReport) ([]Finding, []CallDetail) {
+func downstream(rules *diff.Rules, schema *descriptors.Schema, api string, s *recording.Session, rep *mockserver.TraceReport) ([]Finding, []CallDetail) {
 	bySeq := make(map[int]*recording.Call, len(s.Calls))
 	for i := range s.Calls {
 		bySeq[s.Calls[i].Seq] = &s.Calls[i]
@@ -469,7 +564,9 @@ func downstream(rules *diff.Rules, api string, s *recording.Session, rep *mockse
 		default:
 			done[oc.Matched] = true
 			cd.Recorded, cd.Replayed = rc.Request, joined[matchKey{oc.Dst, oc.Matched}]
-			cd.Diffs = relocated(oc, rules.CompareCalls(api, oc.Proto, oc.Dst, rc.Request, cd.Replayed))
+			var ds []diff.Difference
+			ds, cd.RecordedForm, cd.ReplayedForm = compareCall(rules, schema, api, oc.Proto, oc.Dst, rc.Request, cd.Replayed)
+			cd.Diffs = relocated(oc, ds)
 			for _, d := range cd.Diffs {
 				out = append(out, Finding{Difference: d, Where: InDownstream, Call: ref})
 			}
@@ -499,7 +596,7 @@ func relocated(oc mockserver.ObservedCall, ds []diff.Difference) []diff.Differen
 	host, _, _ := strings.Cut(oc.Live, ":")
 	out := ds[:0]
 	for _, d := range ds {
-		if d.Path == "header.Host" && (d.Got == oc.Live || d.Got == host) {
+		if (d.Path == "header.Host" || d.Path == "header.:authority") && (d.Got == oc.Live || d.Got == host) {
 			continue
 		}
 		out = append(out, d)

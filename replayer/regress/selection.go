@@ -74,6 +74,12 @@ func (sel *Selection) match(s *recording.Session) bool {
 // RequestLine returns the method and the path (without query) of a raw
 // HTTP request; empty strings when the request line does not parse.
 func RequestLine(raw []byte) (method, path string) {
+	if m, p, ok := h2RequestLine(raw); ok { // an HTTP/2 or gRPC stream's request half
+		if i := strings.IndexAny(p, "?#"); i >= 0 {
+			p = p[:i]
+		}
+		return m, p
+	}
 	line := raw
 	if i := bytes.IndexByte(raw, '\n'); i >= 0 {
 		line = raw[:i]

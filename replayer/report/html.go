@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/retrace-dev/retrace/wire"
-	"github.com/retrace-dev/retrace/wire/http1"
-	"github.com/retrace-dev/retrace/wire/protocols"
 	"html/template"
 	"net/http"
 	"os"
@@ -17,6 +14,10 @@ import (
 
 	"github.com/retrace-dev/retrace/replayer/diff"
 	"github.com/retrace-dev/retrace/replayer/regress"
+	"github.com/retrace-dev/retrace/wire"
+	"github.com/retrace-dev/retrace/wire/http1"
+	"github.com/retrace-dev/retrace/wire/http2"
+	"github.com/retrace-dev/retrace/wire/protocols"
 )
 
 // The HTML report is one self-contained file: inline CSS and script, no
@@ -45,6 +46,7 @@ type findingView struct {
 
 type msgView struct {
 	Title      string
+	Decoded    template.HTML // HTTP/2 and gRPC: the decoded form, instead of status, headers and body
 	Status     string
 	StatusMark bool
 	Headers    []headerView
@@ -109,6 +111,22 @@ func sideMarks(ds []diff.Difference, recorded bool) marks {
 	return m
 }
 
+// covers reports whether a field at path is marked: the path itself, or
+// a value it is part of (a removed message marks every field in it).
+func (m marks) covers(path string) bool {
+	for p := len(path); p > 0; {
+		if m.paths[path[:p]] {
+			return true
+		}
+		i := strings.LastIndexAny(path[:p], ".[")
+		if i <= 0 {
+			return false
+		}
+		p = i
+	}
+	return false
+}
+
 func responseFindings(fs []regress.Finding) []diff.Difference {
 	var out []diff.Difference
 	for _, f := range fs {
@@ -117,6 +135,14 @@ func responseFindings(fs []regress.Finding) []diff.Difference {
 		}
 	}
 	return out
+}
+
+// formOf shows an HTTP/2 or gRPC response in its decoded form.
+func formOf(title string, d *wire.Decoded, m marks) msgView {
+	if d == nil {
+		return msgView{Title: title, Note: "no response"}
+	}
+	return msgView{Title: title, Decoded: renderDecoded(*d, m)}
 }
 
 func msgOf(title string, r *http1.ParsedResponse, m marks) msgView {
@@ -281,6 +307,11 @@ func renderCall(proto string, req []byte, m marks) template.HTML {
 			return template.HTML(b.String())
 		}
 	}
+	if proto == http2.GRPCName || proto == http2.Name {
+		if msg, _, err := http2.ParseMessage(req); err == nil {
+			return renderDecoded(http2.DecodeMessage(false, msg, nil, ""), m)
+		}
+	}
 	if d, ok := protocols.All.For(proto).Decode(wire.Client, req); ok {
 		return renderDecoded(d, m)
 	}
@@ -305,7 +336,7 @@ func renderDecoded(d wire.Decoded, m marks) template.HTML {
 	b.WriteString("\n")
 	for _, f := range d.Fields {
 		line := template.HTMLEscapeString(f.Path) + "  " + template.HTMLEscapeString(printable([]byte(f.Value)))
-		if m.paths[f.Path] {
+		if m.covers(f.Path) {
 			line = `<mark data-path="` + template.HTMLEscapeString(f.Path) + `">` + line + "</mark>"
 		}
 		b.WriteString("\n" + line)
@@ -353,10 +384,21 @@ func sessionViewOf(r *regress.Result, ab bool) sessionView {
 	v.Request = template.HTML(template.HTMLEscapeString(printable(d.Request)))
 	resp := responseFindings(r.Findings)
 	resp = append(resp, responseFindings(r.Preexisting)...)
-	v.Columns = append(v.Columns, msgOf("recorded", d.Recorded, sideMarks(resp, true)))
-	v.Columns = append(v.Columns, msgOf("replayed (candidate)", d.Replayed, sideMarks(resp, false)))
-	if ab {
-		v.Columns = append(v.Columns, msgOf("baseline", d.Baseline, marks{}))
+	if d.RecordedForm != nil { // HTTP/2 or gRPC
+		if d.RequestForm != nil {
+			v.Request = renderDecoded(*d.RequestForm, marks{})
+		}
+		v.Columns = append(v.Columns, formOf("recorded", d.RecordedForm, sideMarks(resp, true)))
+		v.Columns = append(v.Columns, formOf("replayed (candidate)", d.ReplayedForm, sideMarks(resp, false)))
+		if ab {
+			v.Columns = append(v.Columns, formOf("baseline", d.BaselineForm, marks{}))
+		}
+	} else {
+		v.Columns = append(v.Columns, msgOf("recorded", d.Recorded, sideMarks(resp, true)))
+		v.Columns = append(v.Columns, msgOf("replayed (candidate)", d.Replayed, sideMarks(resp, false)))
+		if ab {
+			v.Columns = append(v.Columns, msgOf("baseline", d.Baseline, marks{}))
+		}
 	}
 	for _, c := range inStartOrder(d.Calls) {
 		cv := callView{Title: c.CallRef.String(), Summary: c.Summary, Diffs: diffViews(c.Diffs)}
@@ -372,6 +414,12 @@ func sessionViewOf(r *regress.Result, ab bool) sessionView {
 		}
 		cv.Recorded = renderCall(c.Proto, c.Recorded, sideMarks(c.Diffs, true))
 		cv.Replayed = renderCall(c.Proto, c.Replayed, sideMarks(c.Diffs, false))
+		if c.RecordedForm != nil && c.Recorded != nil {
+			cv.Recorded = renderDecoded(*c.RecordedForm, sideMarks(c.Diffs, true))
+		}
+		if c.ReplayedForm != nil && c.Replayed != nil {
+			cv.Replayed = renderDecoded(*c.ReplayedForm, sideMarks(c.Diffs, false))
+		}
 		v.Calls = append(v.Calls, cv)
 	}
 	return v
@@ -484,10 +532,10 @@ details.errors>summary{cursor:pointer;margin:0 0 8px}
 <h4>inbound request</h4><div class="col"><pre>{{$s.Request}}</pre></div>
 <h4>responses</h4>
 <div class="cols">{{range $s.Columns}}<div class="col{{if eq .Title "replayed (candidate)"}} replayed{{end}}"><h4>{{.Title}}</h4>
-<pre>{{if .StatusMark}}<mark data-path="status">{{.Status}}</mark>{{else}}{{.Status}}{{end}}
+<pre>{{if .Decoded}}{{.Decoded}}{{else}}{{if .StatusMark}}<mark data-path="status">{{.Status}}</mark>{{else}}{{.Status}}{{end}}
 {{range .Headers}}{{if .Mark}}<mark data-path="header.{{.Name}}">{{.Name}}: {{.Value}}</mark>{{else}}{{.Name}}: {{.Value}}{{end}}
 {{end}}
-{{.Body}}</pre>{{if .Note}}<div class="none">{{.Note}}</div>{{end}}</div>{{end}}</div>
+{{.Body}}{{end}}</pre>{{if .Note}}<div class="none">{{.Note}}</div>{{end}}</div>{{end}}</div>
 {{if $s.Calls}}<h4>downstream calls</h4>
 {{range $s.Calls}}<div class="call"><b>{{.Title}}</b> <code>{{.Summary}}</code><span class="state {{.State}}">{{.State}}</span>
 {{if .Diffs}}<table class="findings calldiffs"><tr><th>path</th><th>kind</th><th>recorded</th><th>replayed</th><th>note</th></tr>{{range .Diffs}}<tr><td><code class="path">{{.Path}}</code></td><td class="kind-{{.Kind}}">{{.Kind}}</td><td><code>{{.Want}}</code></td><td><code>{{.Got}}</code></td><td>{{.Note}}</td></tr>{{end}}</table>{{end}}

@@ -26,6 +26,15 @@ type Conn struct {
 	OnFrame func(from Side, f *Frame, x *Exchange)
 	// MaxData bounds the data kept per half of a stream; 0 means 64 MiB.
 	MaxData int
+	// Truncate keeps a half's data to MaxData and drops the rest (the half
+	// is then marked Truncated) instead of failing the connection: a
+	// recorder follows a connection whatever its streams carry.
+	Truncate bool
+	// KeepData, when set, is asked as each stream opens how many bytes of
+	// data each of its halves keeps (a recorder's sampling and body cap);
+	// negative means no bound but MaxData. The bytes beyond are counted
+	// in the half's Dropped, not kept, and the stream is followed as any.
+	KeepData func(stream uint32) int
 }
 
 // NewConn returns a Conn whose client side starts with the preface.
@@ -128,10 +137,20 @@ func (c *Conn) apply(s Side, f *Frame) (*Exchange, error) {
 	case http2.FrameHeaders:
 		m.addHeaders(f.Fields, s == Server)
 	case http2.FrameData:
-		if limit := c.maxData(); len(m.Data)+len(f.Data) > limit {
-			return x, fmt.Errorf("more than %d bytes of data", limit)
+		switch limit := c.maxData(); {
+		case x.bounded && len(m.Data)+len(f.Data) > x.keep:
+			n := max(0, x.keep-len(m.Data))
+			m.Data = append(m.Data, f.Data[:n]...)
+			m.Dropped += len(f.Data) - n
+		case len(m.Data)+len(f.Data) > limit:
+			if !c.Truncate {
+				return x, fmt.Errorf("more than %d bytes of data", limit)
+			}
+			n := max(0, limit-len(m.Data))
+			m.Data, m.Truncated = append(m.Data, f.Data[:n]...), true
+		default:
+			m.Data = append(m.Data, f.Data...)
 		}
-		m.Data = append(m.Data, f.Data...)
 		if s == Server && len(f.Data) > 0 {
 			x.mark()
 		}
@@ -154,6 +173,11 @@ func (c *Conn) stream(id uint32, _ Side) *Exchange {
 		return nil
 	}
 	x := &Exchange{StreamID: id}
+	if c.KeepData != nil {
+		if n := c.KeepData(id); n >= 0 {
+			x.bounded, x.keep = true, n
+		}
+	}
 	c.streams[id] = x
 	return x
 }

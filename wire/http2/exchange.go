@@ -21,6 +21,10 @@ type Message struct {
 	Trailer []hpack.HeaderField `json:"trailer,omitempty"`
 	// End: END_STREAM was seen.
 	End bool `json:"end,omitempty"`
+	// Truncated: data beyond the reader's limit was dropped (Conn.Truncate).
+	Truncated bool `json:"truncated,omitempty"`
+	// Dropped counts the data bytes not kept in Data (Conn.KeepData).
+	Dropped int `json:"dropped,omitempty"`
 }
 
 // Get returns the value of the first field named name in the header block
@@ -54,6 +58,9 @@ type Exchange struct {
 	// ended (a GOAWAY, the connection's end, an error): empty for a
 	// finished one.
 	Unfinished string `json:"unfinished,omitempty"`
+
+	bounded bool // Conn.KeepData bounds the data kept, to keep bytes per half
+	keep    int
 }
 
 // Mark is a point of an exchange: the server had sent Response bytes of
@@ -65,7 +72,7 @@ type Mark struct {
 
 // mark notes that the response's data grew.
 func (x *Exchange) mark() {
-	m := Mark{Request: len(x.Request.Data), Response: len(x.Response.Data)}
+	m := Mark{Request: len(x.Request.Data) + x.Request.Dropped, Response: len(x.Response.Data) + x.Response.Dropped}
 	if n := len(x.Pace); n > 0 && x.Pace[n-1].Request == m.Request {
 		x.Pace[n-1] = m
 		return

@@ -1,18 +1,14 @@
 package http2
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/retrace-dev/retrace/wire"
-	"github.com/retrace-dev/retrace/wire/grpc"
-	"github.com/retrace-dev/retrace/wire/protobuf"
 )
 
 // Name is the protocol's name in recordings; a stream whose request is
@@ -36,6 +32,18 @@ var Protocol wire.Protocol = protocol{}
 type protocol struct{}
 
 func (protocol) Name() string { return Name }
+
+// GRPC is Protocol under the name gRPC calls are recorded with
+// (GRPCName): the same wire format, looked up by that name
+// (wire.Registry.For) for a recorded call or destination of gRPC. It is
+// never detected: a connection is HTTP/2, its streams gRPC or not.
+var GRPC wire.Protocol = grpcProtocol{}
+
+type grpcProtocol struct{ protocol }
+
+func (grpcProtocol) Name() string { return GRPCName }
+
+func (grpcProtocol) Detect(_, _ []byte) wire.Verdict { return wire.No }
 
 // Detect is sure of a client that starts with the client preface (h2c
 // with prior knowledge, or h2 after ALPN once TLS is peeled off).
@@ -118,100 +126,6 @@ func features(raw []byte, m Message) wire.Request {
 	method, _ := Get(m.Header, ":method")
 	path, _ := Get(m.Header, ":path")
 	return wire.Request{Raw: raw, Op: method + " " + path, Key: path, Canon: m.Data, Body: m.Data, Method: method}
-}
-
-// Decode shows a recorded half: its start line, its fields, and its data —
-// gRPC messages by protobuf field number, anything else as text.
-func (protocol) Decode(side wire.Side, msg []byte) (wire.Decoded, bool) {
-	m, _, err := ParseMessage(msg)
-	if err != nil {
-		return wire.Decoded{}, false
-	}
-	return DecodeMessage(side == wire.Server, m, nil, ""), true
-}
-
-// DecodeMessage is Decode with an optional schema and the call's path, by
-// which gRPC messages are shown by field name.
-func DecodeMessage(response bool, m Message, s *protobuf.Schema, path string) wire.Decoded {
-	var d wire.Decoded
-	var line []string
-	for _, f := range m.Header {
-		if f.IsPseudo() {
-			line = append(line, f.Value)
-		}
-		d.Fields = append(d.Fields, wire.Field{Path: "header." + f.Name, Value: f.Value})
-	}
-	ct, _ := Get(m.Header, "content-type")
-	isGRPC := strings.HasPrefix(ct, "application/grpc")
-	if isGRPC {
-		msgs, rest, err := grpc.Split(m.Data, 0)
-		for i, gm := range msgs {
-			d.Fields = append(d.Fields, messageFields(fmt.Sprintf("message[%d]", i), gm, response, s, path)...)
-		}
-		if err != nil || len(rest) > 0 {
-			d.Fields = append(d.Fields, wire.Field{Path: "data.rest", Value: fmt.Sprintf("%d bytes not a whole message", len(rest))})
-		}
-		line = append(line, fmt.Sprintf("%d messages", len(msgs)))
-	} else if len(m.Data) > 0 {
-		d.Fields = append(d.Fields, wire.Field{Path: "body", Value: string(m.Data)})
-		line = append(line, fmt.Sprintf("%d bytes", len(m.Data)))
-	}
-	for _, f := range m.Trailer {
-		d.Fields = append(d.Fields, wire.Field{Path: "trailer." + f.Name, Value: f.Value})
-	}
-	if st, ok, _ := grpc.StatusOf(m.Header, m.Trailer); ok {
-		line = append(line, fmt.Sprintf("grpc-status %d %s", st.Code, st.Message))
-	}
-	d.Text = strings.TrimSpace(strings.Join(line, " "))
-	return d
-}
-
-func messageFields(prefix string, gm grpc.Message, response bool, s *protobuf.Schema, path string) []wire.Field {
-	if gm.Compressed {
-		return []wire.Field{{Path: prefix, Value: fmt.Sprintf("(%d bytes compressed)", len(gm.Data))}}
-	}
-	var tree map[string]any
-	var err error
-	if s != nil {
-		if in, out, merr := s.Method(path); merr == nil {
-			md := in
-			if response {
-				md = out
-			}
-			tree, err = protobuf.Decode(md, gm.Data)
-		}
-	}
-	if tree == nil {
-		tree, err = protobuf.DecodeRaw(gm.Data)
-	}
-	if err != nil {
-		return []wire.Field{{Path: prefix, Value: fmt.Sprintf("(%d bytes, not protobuf: %v)", len(gm.Data), err)}}
-	}
-	var out []wire.Field
-	flatten(prefix, tree, &out)
-	return out
-}
-
-// flatten lists a decoded tree's leaves by path, keys in order.
-func flatten(path string, v any, out *[]wire.Field) {
-	switch t := v.(type) {
-	case map[string]any:
-		keys := make([]string, 0, len(t))
-		for k := range t {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			flatten(path+"."+k, t[k], out)
-		}
-	case []any:
-		for i, e := range t {
-			flatten(fmt.Sprintf("%s[%d]", path, i), e, out)
-		}
-	default:
-		b, _ := json.Marshal(t)
-		*out = append(*out, wire.Field{Path: path, Value: strings.Trim(string(b), `"`)})
-	}
 }
 
 // ---- mock ----

@@ -152,3 +152,50 @@ func parseBlock(b []byte) ([]hpack.HeaderField, int, error) {
 		fields = append(fields, hpack.HeaderField{Name: line[:i], Value: line[i+2:]})
 	}
 }
+
+// AppendCapped is AppendMessage within limit bytes (negative: no limit):
+// the data is cut so that the whole half fits, and the pace kept to the
+// data kept, so the half stays in the recorded form (a cap that cut the
+// written bytes would leave its trailer, or its data line, unreadable).
+// cut reports that data was dropped. A half whose blocks alone do not fit
+// is written with no data, and cut.
+func AppendCapped(b []byte, m Message, pace []Mark, limit int) (out []byte, cut bool) {
+	start := len(b)
+	b = AppendMessage(b, m, pace)
+	over := len(b) - start - limit
+	if limit < 0 || over <= 0 {
+		return b, false
+	}
+	// Fewer data bytes also shorten the DATA line's length: keeping
+	// len(Data)-over bytes always fits.
+	keep := max(0, len(m.Data)-over)
+	m.Data = m.Data[:keep]
+	var kept []Mark
+	for _, p := range pace {
+		if p.Response > keep {
+			p.Response = keep
+		}
+		if n := len(kept); n > 0 && kept[n-1].Response == p.Response {
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return AppendMessage(b[:start], m, kept), true
+}
+
+// WithoutRetrace returns fields without the in-band retrace-* fields
+// (inband.IsRetrace), and the value of TraceField among them ("" for
+// none). fields is filtered in place.
+func WithoutRetrace(fields []hpack.HeaderField) (kept []hpack.HeaderField, tid string) {
+	kept = fields[:0]
+	for _, f := range fields {
+		if strings.HasPrefix(f.Name, "retrace-") {
+			if f.Name == TraceField && tid == "" {
+				tid = f.Value
+			}
+			continue
+		}
+		kept = append(kept, f)
+	}
+	return kept, tid
+}

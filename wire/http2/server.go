@@ -55,12 +55,21 @@ type Request struct {
 	// Ended: the client's half is closed (END_STREAM); otherwise only the
 	// headers are in (a streaming call's request as it opens).
 	Ended bool
+	// Gone: the stream is over before its request ended, or ended
+	// without an answer: reset by the client or by the ServerConn (a
+	// protocol error on the stream, a request beyond MaxData), or
+	// answered whole while the client was still sending. Nothing more
+	// comes of it.
+	Gone bool
 }
 
 // ErrGoAway reports a connection that the client ended with GOAWAY, or
 // that the ServerConn ended because of a protocol error (then wrapped with
 // the reason).
 var ErrGoAway = errors.New("http2: connection going away")
+
+// errPeerGoAway is the client's GOAWAY.
+var errPeerGoAway = fmt.Errorf("%w: client sent GOAWAY", ErrGoAway)
 
 // ServerConn is the server side of one HTTP/2 connection, without I/O:
 // Feed it what the client sent and write what Output returns. It keeps the
@@ -77,7 +86,8 @@ type ServerConn struct {
 	hb  bytes.Buffer
 
 	streams map[uint32]*serverStream
-	lastID  uint32 // highest client stream opened
+	lastID  uint32     // highest client stream opened
+	gone    []*Request // streams over since the last Feed returned
 
 	// Send side: the client's settings and windows.
 	peerFrame   uint32
@@ -150,7 +160,8 @@ func (s *ServerConn) Output() []byte {
 }
 
 // Feed reads bytes the client sent and returns the streams whose request
-// changed: opened (headers in), got data, or ended (Ended). Each stream is
+// changed: opened (headers in), got data, ended (Ended), or over (Gone;
+// also those a Respond closed since the last Feed). Each stream is
 // returned once per call, in the order it first changed. After an error,
 // Output holds the GOAWAY to send before closing.
 func (s *ServerConn) Feed(p []byte) ([]*Request, error) {
@@ -159,19 +170,38 @@ func (s *ServerConn) Feed(p []byte) ([]*Request, error) {
 	for {
 		f, err := s.r.Next()
 		if err != nil {
-			return reqs, s.fail(http2.ErrCodeProtocol, err)
+			return s.withGone(reqs), s.fail(http2.ErrCodeProtocol, err)
 		}
 		if f == nil {
 			s.flush()
-			return reqs, nil
+			return s.withGone(reqs), nil
 		}
 		r, err := s.apply(f)
 		if err != nil {
-			return reqs, err
+			return s.withGone(reqs), err
 		}
 		if r != nil && !slices.Contains(reqs, r) {
 			reqs = append(reqs, r)
 		}
+	}
+}
+
+// withGone adds the streams over since the last Feed to reqs.
+func (s *ServerConn) withGone(reqs []*Request) []*Request {
+	for _, g := range s.gone {
+		if !slices.Contains(reqs, g) {
+			reqs = append(reqs, g)
+		}
+	}
+	s.gone = s.gone[:0]
+	return reqs
+}
+
+// over marks a stream's request Gone, to be returned by the next Feed.
+func (s *ServerConn) over(st *serverStream) {
+	if !st.req.Gone {
+		st.req.Gone = true
+		s.gone = append(s.gone, &st.req)
 	}
 }
 
@@ -222,9 +252,12 @@ func (s *ServerConn) apply(f *Frame) (*Request, error) {
 		}
 	case http2.FrameGoAway:
 		s.goneAway = true
-		return nil, fmt.Errorf("%w: client sent GOAWAY (%v)", ErrGoAway, f.Code)
+		return nil, fmt.Errorf("%w (%v)", errPeerGoAway, f.Code)
 	case http2.FrameRSTStream:
-		delete(s.streams, f.StreamID)
+		if st := s.streams[f.StreamID]; st != nil {
+			s.over(st)
+			delete(s.streams, f.StreamID)
+		}
 	case http2.FrameHeaders:
 		return s.headers(f)
 	case http2.FrameData:
@@ -378,6 +411,7 @@ func (s *ServerConn) Reset(id uint32, code http2.ErrCode) {
 
 func (s *ServerConn) reset(st *serverStream, code http2.ErrCode) {
 	_ = s.fw.WriteRSTStream(st.id, code)
+	s.over(st)
 	delete(s.streams, st.id)
 }
 
@@ -472,5 +506,6 @@ func (s *ServerConn) finish(st *serverStream) {
 	// it should then reset the stream with NO_ERROR so the client stops
 	// sending.
 	_ = s.fw.WriteRSTStream(st.id, http2.ErrCodeNo)
+	s.over(st)
 	delete(s.streams, st.id)
 }

@@ -2,14 +2,10 @@ package protobuf_test
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protodesc"
-	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/retrace-dev/retrace/wire/protobuf"
 )
@@ -52,55 +48,6 @@ func TestDecodeRaw(t *testing.T) {
 	rep, _ := protobuf.DecodeRaw([]byte{0x08, 1, 0x08, 2, 0x12, 0x02, 0xff, 0x00})
 	if got := js(t, rep); got != `{"1":[1,2],"2":{"base64":"/wA="}}` {
 		t.Fatalf("repeated and binary: %s", got)
-	}
-}
-
-func TestSchema(t *testing.T) {
-	s, err := protobuf.SchemaOf(testpb.File_grpc_testing_test_proto)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// And the same from a FileDescriptorSet file, as protoc writes it.
-	var set descriptorpb.FileDescriptorSet
-	set.File = append(set.File,
-		protodesc.ToFileDescriptorProto(testpb.File_grpc_testing_empty_proto),
-		protodesc.ToFileDescriptorProto(testpb.File_grpc_testing_messages_proto),
-		protodesc.ToFileDescriptorProto(testpb.File_grpc_testing_test_proto))
-	b, _ := proto.Marshal(&set)
-	path := filepath.Join(t.TempDir(), "set.pb")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	fromFile, err := protobuf.LoadSchema(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, s := range map[string]*protobuf.Schema{"linked": s, "file": fromFile} {
-		t.Run(name, func(t *testing.T) {
-			in, out, err := s.Method("/grpc.testing.TestService/UnaryCall")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if out.FullName() != "grpc.testing.SimpleResponse" {
-				t.Fatalf("output %s", out.FullName())
-			}
-			m, err := protobuf.Decode(in, sample(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := `{"fill_username":true,"payload":{"body":"aGVsbG8="},"response_size":100,"response_status":{"code":5,"message":"gone"}}`
-			if got := js(t, m); got != want {
-				t.Fatalf("got %s, want %s", got, want)
-			}
-		})
-	}
-	for _, p := range []string{"/grpc.testing.TestService/Nope", "/nope.S/M", "UnaryCall"} {
-		if _, _, err := s.Method(p); err == nil {
-			t.Fatalf("%s: no error", p)
-		}
-	}
-	if _, err := protobuf.ParseSchema([]byte("not a set")); err == nil {
-		t.Fatal("garbage parsed as a descriptor set")
 	}
 }
 

@@ -121,3 +121,15 @@ func printable(x []byte) bool {
 	}
 	return true
 }
+
+// Schema names the fields of gRPC methods' messages. Package
+// wire/protobuf/descriptors implements it from descriptors; this package
+// stays light (protowire only) so that the agent, which decodes by field
+// number, links nothing more.
+type Schema interface {
+	// DecodeMethod decodes b, a request message of the gRPC method at path
+	// ("/pkg.Service/Method"; a response message when response is true),
+	// by field name. known is false when the schema does not know the
+	// method.
+	DecodeMethod(path string, response bool, b []byte) (tree map[string]any, known bool, err error)
+}

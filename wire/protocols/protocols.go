@@ -7,6 +7,7 @@ package protocols
 import (
 	"github.com/retrace-dev/retrace/wire"
 	"github.com/retrace-dev/retrace/wire/http1"
+	"github.com/retrace-dev/retrace/wire/http2"
 	"github.com/retrace-dev/retrace/wire/mysql"
 	"github.com/retrace-dev/retrace/wire/postgres"
 	"github.com/retrace-dev/retrace/wire/raw"
@@ -19,4 +20,6 @@ var All = wire.NewRegistry(raw.Protocol,
 	redis.Protocol,
 	mysql.Protocol,
 	postgres.Protocol,
+	http2.Protocol,
+	http2.GRPC, // never detected: the name of HTTP/2 streams that are gRPC calls
 )

@@ -94,6 +94,8 @@ type Rewriter struct {
 	priority  []byte
 	frag      []byte
 	lastOpen  uint32 // highest stream whose headers opened it
+	blockRaw  []byte // the frames of the header block in progress, as they came
+	rest      []byte // after a failure: the bytes taken in and not written
 	failed    error
 	// Rewritten counts the header blocks encoded again.
 	Rewritten int
@@ -103,8 +105,10 @@ type appendWriter struct{ b []byte }
 
 func (w *appendWriter) Write(p []byte) (int, error) { w.b = append(w.b, p...); return len(p), nil }
 
-// maxBlock bounds a header block held (compressed) and a decoded string.
-const maxBlock = 1 << 20
+// maxBlock bounds a header block held (compressed) and a decoded string:
+// as much as any server accepts (grpc-go's header list limit is 16 MiB), so
+// that a block the peer would take never fails the Rewriter.
+const maxBlock = 16 << 20
 
 // NewRewriter returns a Rewriter of a client direction (which starts with
 // the preface) when client is true, else of a server's.
@@ -119,8 +123,12 @@ func NewRewriter(client bool) *Rewriter {
 
 // SetPeerTableLimit applies the SETTINGS_HEADER_TABLE_SIZE the receiving
 // peer advertised (it travels the other way): the Rewriter's encoder then
-// keeps its table within it.
-func (w *Rewriter) SetPeerTableLimit(v uint32) { w.enc.SetMaxDynamicTableSizeLimit(v) }
+// keeps its table within it, and its decoder lets the sender's encoder,
+// bound by the same setting, use a table that large.
+func (w *Rewriter) SetPeerTableLimit(v uint32) {
+	w.enc.SetMaxDynamicTableSizeLimit(v)
+	w.dec.SetAllowedMaxDynamicTableSize(max(v, 64<<10))
+}
 
 // Pending is the number of bytes held back: the start of a frame.
 func (w *Rewriter) Pending() int { return len(w.buf) }
@@ -129,7 +137,9 @@ func (w *Rewriter) Pending() int { return len(w.buf) }
 // their place — whole frames, the header blocks rewritten; the start of a
 // frame waits for its end — and the header blocks written. Both are valid
 // until the next call. After an error nothing more can be rewritten: the
-// direction's HPACK state is lost, and the connection must be closed.
+// direction's HPACK state is lost. The bytes returned with the error are
+// the frames rewritten before the one that failed, and Unrewritten holds
+// every byte taken in after them, as it came.
 func (w *Rewriter) Write(p []byte) ([]byte, []Block, error) {
 	if w.failed != nil {
 		return nil, nil, w.failed
@@ -140,7 +150,7 @@ func (w *Rewriter) Write(p []byte) ([]byte, []Block, error) {
 	if w.preface {
 		n := min(len(w.buf), len(ClientPreface))
 		if string(w.buf[:n]) != ClientPreface[:n] {
-			w.failed = ErrNotHTTP2
+			w.failed, w.rest = ErrNotHTTP2, w.buf
 			return nil, nil, w.failed
 		}
 		if n < len(ClientPreface) {
@@ -157,7 +167,9 @@ func (w *Rewriter) Write(p []byte) ([]byte, []Block, error) {
 		}
 		if err := w.frame(w.buf[off : off+n]); err != nil {
 			w.failed = fmt.Errorf("http2: rewriting the frame at stream %d: %w", binary.BigEndian.Uint32(h[5:])&(1<<31-1), err)
-			return nil, nil, w.failed
+			w.rest = append(w.blockRaw, w.buf[off:]...)
+			w.blockRaw = nil
+			return w.out, nil, w.failed
 		}
 		off += n
 	}
@@ -165,7 +177,35 @@ func (w *Rewriter) Write(p []byte) ([]byte, []Block, error) {
 	return w.out, w.blocks, nil
 }
 
+// Unwritten returns the bytes taken in and not written, as they came:
+// after Write failed, those of the header block in progress, of the frame
+// that failed and everything after it; otherwise those of a header block
+// in progress and the start of a frame (nil when there are none). A
+// caller that must not lose the direction (the agent, failing open) sends
+// them as they are. The result is the caller's.
+func (w *Rewriter) Unwritten() []byte {
+	if w.failed != nil {
+		return w.rest
+	}
+	if len(w.blockRaw) == 0 && len(w.buf) == 0 {
+		return nil
+	}
+	return append(append([]byte(nil), w.blockRaw...), w.buf...)
+}
+
 func (w *Rewriter) frame(f []byte) error {
+	if err := w.frame1(f); err != nil {
+		return err // blockRaw stays: Unrewritten starts with it
+	}
+	if w.head != nil {
+		w.blockRaw = append(w.blockRaw, f...)
+	} else {
+		w.blockRaw = w.blockRaw[:0]
+	}
+	return nil
+}
+
+func (w *Rewriter) frame1(f []byte) error {
 	typ, flags := f[3], f[4]
 	id := binary.BigEndian.Uint32(f[5:]) & (1<<31 - 1)
 	payload := f[frameHeaderLen:]

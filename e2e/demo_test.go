@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retrace-dev/retrace/examples/fraud"
+	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/replayer/report"
+	"github.com/retrace-dev/retrace/wire/http2"
 )
 
 // TestDemo runs `retrace demo` as a user does and checks its exit status,
@@ -41,6 +44,9 @@ func TestDemo(t *testing.T) {
 		"== 1. Downstreams", "== 2. Record", "== 3. Traffic", "== 4. Every downstream stops", "== 5. Mock server",
 		"== 6. Replay", "== 7. Replay against a changed build", "== 8. Load replay", "== 9. Done",
 		"recorded 300 sessions", "report.html", "p99", "demo passed",
+		"gRPC   (fraud-check service)",
+		// the example session's fraud calls, decoded by field name
+		"gRPC " + fraud.ScreenMethod + " {", "gRPC " + fraud.CheckMethod + " {", "grpc-status 0 {allow=",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q", want)
@@ -54,6 +60,16 @@ func TestDemo(t *testing.T) {
 	}
 	if changed.Sessions != 300 || changed.Failed == 0 || changed.Errors != 0 {
 		t.Errorf("changed-build summary: %d sessions, %d passed, %d failed, %d errors", changed.Sessions, changed.Passed, changed.Failed, changed.Errors)
+	}
+	// the changed build's fraud checks are caught field by field, by name
+	var grpcPath bool
+	for _, a := range changed.APIs {
+		for _, p := range a.Paths {
+			grpcPath = grpcPath || (a.API == "POST /orders" && strings.HasSuffix(p.Path, "message[*].total_cents") && p.Sessions > 0)
+		}
+	}
+	if !grpcPath {
+		t.Errorf("changed-build summary names no fraud-check field: %+v", changed.APIs)
 	}
 	// the pricing service is HTTPS: its calls are recorded in plaintext,
 	// marked TLS, and no TLS record was recorded
@@ -75,6 +91,27 @@ func TestDemo(t *testing.T) {
 	}
 	if tlsCalls == 0 {
 		t.Error("no session has a pricing call recorded in plaintext and marked tls")
+	}
+	// every order created made its two fraud-check calls, recorded as grpc
+	store, err := recording.Open(context.Background(), filepath.Join(dir, "recordings"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created, fraudCalls int
+	store.Scan(context.Background(), func(se *recording.Session) error {
+		if strings.Contains(firstLine(se.Inbound.Response), " 201 ") {
+			created++
+		}
+		for _, c := range se.Calls {
+			if c.Proto == http2.GRPCName && !c.Setup {
+				fraudCalls++
+			}
+		}
+		return nil
+	})
+	store.Close()
+	if created == 0 || fraudCalls < 2*created {
+		t.Errorf("%d orders created, %d grpc calls recorded; want two per order", created, fraudCalls)
 	}
 	for _, f := range []string{"replay-report/report.html", "load/requests.jsonl", "load/results/shard-0-of-1/results.json"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {

@@ -41,14 +41,16 @@ func (s *stage) elsewhere(t *testing.T) (env []string, moved map[string]string) 
 		t.Fatal(err)
 	}
 	moved = map[string]string{}
-	newMySQL, newRedis, newPricing := freeAddr(t), freeAddr(t), freeAddr(t)
+	newMySQL, newRedis, newPricing, newFraud := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	moved[newMySQL], mc.Addr = mc.Addr, newMySQL
 	moved[newRedis] = envValue(s.env, orders.EnvRedisAddr)
 	moved[newPricing] = pu.Host
+	moved[newFraud] = envValue(s.env, orders.EnvFraudAddr)
 	env = []string{
 		orders.EnvMySQLDSN + "=" + mc.FormatDSN(),
 		orders.EnvRedisAddr + "=" + newRedis,
 		orders.EnvPricingURL + "=http://" + newPricing,
+		orders.EnvFraudAddr + "=" + newFraud,
 	}
 	return env, moved
 }

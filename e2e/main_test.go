@@ -32,6 +32,7 @@ var bins struct {
 	err     error
 	retrace string
 	orders  string
+	front   string // the gRPC service of grpc_test.go
 }
 
 // moduleRoot is the repository root (the tests run in e2e/).
@@ -43,8 +44,9 @@ func moduleRoot(t testing.TB) string {
 	return root
 }
 
-// binaries builds retrace and the orders example (with the agent's blank
-// import) and returns their paths.
+// binaries builds retrace, the orders example and grpcfront (both with the
+// agent's blank import), all in one go build once per test binary run, and
+// returns the paths of the first two.
 func binaries(t testing.TB) (retrace, orders string) {
 	t.Helper()
 	bins.once.Do(func() {
@@ -52,7 +54,7 @@ func binaries(t testing.TB) (retrace, orders string) {
 		if bins.err != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", bins.dir+string(filepath.Separator), "./cmd/retrace", "./examples/orders/cmd/orders")
+		cmd := exec.Command("go", "build", "-o", bins.dir+string(filepath.Separator), "./cmd/retrace", "./examples/orders/cmd/orders", "./e2e/grpcfront")
 		cmd.Dir = moduleRoot(t)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -61,9 +63,17 @@ func binaries(t testing.TB) (retrace, orders string) {
 		}
 		bins.retrace = filepath.Join(bins.dir, "retrace")
 		bins.orders = filepath.Join(bins.dir, "orders")
+		bins.front = filepath.Join(bins.dir, "grpcfront")
 	})
 	if bins.err != nil {
 		t.Fatal(bins.err)
 	}
 	return bins.retrace, bins.orders
+}
+
+// frontBinary is the path of grpcfront, built by binaries.
+func frontBinary(t testing.TB) string {
+	t.Helper()
+	binaries(t)
+	return bins.front
 }

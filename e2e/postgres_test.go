@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/retrace-dev/retrace/examples/ledger"
 	"github.com/retrace-dev/retrace/internal/testenv"
+	"github.com/retrace-dev/retrace/recording/capture"
 	"github.com/retrace-dev/retrace/replayer/diff"
 	"github.com/retrace-dev/retrace/replayer/regress"
 )
@@ -40,19 +42,30 @@ func ledgerBinary(t *testing.T) string {
 // returns its base URL.
 func startLedger(t *testing.T, bin, logPath string, args []string, env ...string) (url string, stop func()) {
 	t.Helper()
-	log, err := os.Create(logPath)
+	url, stop, err := runLedger(t, bin, logPath, args, env...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return url, stop
+}
+
+// runLedger is startLedger, with an error when the service does not
+// listen.
+func runLedger(t *testing.T, bin, logPath string, args []string, env ...string) (url string, stop func(), err error) {
+	t.Helper()
+	log, err := os.Create(logPath)
+	if err != nil {
+		return "", nil, err
 	}
 	cmd := exec.Command(bin, append([]string{"-listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(append(os.Environ(), "RETRACE_MODE=", "RETRACE_LOG=error"), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
 	cmd.Stdout = log
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
 	addr := make(chan string, 1)
 	go func() {
@@ -80,13 +93,13 @@ func startLedger(t *testing.T, bin, logPath string, args []string, env ...string
 		if !ok {
 			cmd.Wait()
 			b, _ := os.ReadFile(logPath)
-			t.Fatalf("ledger exited before listening:\n%s", b)
+			return "", stop, fmt.Errorf("ledger exited before listening:\n%s", b)
 		}
-		return "http://" + a, stop
+		return "http://" + a, stop, nil
 	case <-time.After(30 * time.Second):
-		t.Fatal("ledger did not listen within 30s")
+		stop()
+		return "", stop, fmt.Errorf("ledger did not listen within 30s")
 	}
-	return "", stop
 }
 
 // ledgerTraffic sends requests from clients concurrent clients: transfers
@@ -138,7 +151,9 @@ func ledgerTraffic(t *testing.T, base string, requests, clients int) {
 // example records 300 requests from 16 clients against the real
 // PostgreSQL through the agent, then replays them at concurrency 32 with
 // PostgreSQL gone (its proxy stopped, no connection reaches it): every
-// session passes. A build that credits one cent less fails, and the
+// session passes. Its start-up (a ping, SELECT version(), the SET each
+// new connection of the pool sends in AfterConnect, gorm's AutoMigrate)
+// is answered from the background sessions: without them it cannot boot. A build that credits one cent less fails, and the
 // report names the UPDATE's parameter.
 func TestLedgerOnPostgres(t *testing.T) {
 	if testing.Short() {
@@ -167,22 +182,48 @@ func TestLedgerOnPostgres(t *testing.T) {
 	recDir := filepath.Join(dir, "recordings")
 
 	base, stop := startLedger(t, bin, filepath.Join(dir, "record.log"), []string{"-init"},
-		"LEDGER_POSTGRES_URL="+url, "RETRACE_MODE=record", "RETRACE_RECORD="+recDir, "RETRACE_APP=ledger",
-		// pgx's pool draws from math/rand when a request's goroutine opens
-		// a connection, which replay does in other requests: not the
-		// service's randomness
-		"RETRACE_RANDOM=off")
+		// RETRACE_RANDOM is the default, math: pgx's pool draws from
+		// math/rand when a request's goroutine opens a connection, which
+		// replay does in other requests, but those are a dependency's draws,
+		// left real (not the service's randomness)
+		"LEDGER_POSTGRES_URL="+url, "RETRACE_MODE=record", "RETRACE_RECORD="+recDir, "RETRACE_APP=ledger")
 	ledgerTraffic(t, base, ledgerRequests, 16)
 	// the recorder's writer flushes on its own, at least once a second
-	sessions := waitSessions(t, recDir, ledgerRequests, 10*time.Second)
+	waitSessions(t, recDir, ledgerRequests, 10*time.Second)
 	stop()
+	// the background sessions are written when the process ends
+	sessions := readSessions(recDir)
 	proxy.Stop()
 	before := proxy.Accepted()
+	// the start-up's queries are the background sessions': version(), the
+	// SET of each new connection (AfterConnect), gorm's AutoMigrate
+	var startup []string
+	for _, s := range sessions {
+		if s.Background {
+			for _, c := range s.Calls {
+				if c.Proto == "postgres" {
+					startup = append(startup, capture.Decode(c.Proto, c.Request))
+				}
+			}
+		}
+	}
+	for _, want := range []string{"version()", "statement_timeout", "information_schema", "CREATE TABLE"} {
+		if !slices.ContainsFunc(startup, func(q string) bool { return strings.Contains(q, want) }) {
+			t.Errorf("no start-up query with %q among the background calls: %q", want, startup)
+		}
+	}
 
+	// Without its start-up recording the service cannot boot: what it
+	// asks before serving carries no trace.
+	if _, stop, err := runLedger(t, bin, filepath.Join(dir, "replay-no-background.log"), nil, "LEDGER_POSTGRES_URL="+url,
+		"RETRACE_MODE=replay", "RETRACE_MOCK_ADDR="+startMock(t, inboundOnly(sessions)).Addr()); err == nil {
+		stop()
+		t.Fatal("the ledger booted in replay mode with no background recording: the test proves nothing")
+	}
 	mock := startMock(t, sessions)
 	replay := func(name string, env ...string) (regress.Config, func()) {
 		u, stop := startLedger(t, bin, filepath.Join(dir, name+".log"), nil,
-			append([]string{"LEDGER_POSTGRES_URL=" + url, "RETRACE_MODE=replay", "RETRACE_MOCK_ADDR=" + mock.Addr(), "RETRACE_RANDOM=off"}, env...)...)
+			append([]string{"LEDGER_POSTGRES_URL=" + url, "RETRACE_MODE=replay", "RETRACE_MOCK_ADDR=" + mock.Addr()}, env...)...)
 		return regress.Config{Source: regress.Sessions(sessions), MockAdmin: mock.AdminURL(), Concurrency: replayWorkers, Target: u}, stop
 	}
 	cfg, stopReplay := replay("replay")

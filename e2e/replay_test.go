@@ -4,17 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"golang.org/x/net/http2/hpack"
 
+	"github.com/retrace-dev/retrace/examples/fraud"
 	"github.com/retrace-dev/retrace/examples/orders"
 	"github.com/retrace-dev/retrace/examples/orders/orderstest"
 	"github.com/retrace-dev/retrace/internal/demo"
@@ -25,6 +29,7 @@ import (
 	"github.com/retrace-dev/retrace/replayer/load"
 	"github.com/retrace-dev/retrace/replayer/regress"
 	"github.com/retrace-dev/retrace/replayer/report"
+	"github.com/retrace-dev/retrace/wire/http2"
 )
 
 const (
@@ -34,14 +39,15 @@ const (
 )
 
 // stage is the orders service's world in one test: real MariaDB and Redis
-// and an in-process pricing service, each behind a proxy the test can stop.
+// and in-process pricing (HTTP) and fraud-check (gRPC) services, each
+// behind a proxy the test can stop.
 type stage struct {
-	t                     *testing.T
-	ordersBin             string
-	dir                   string
-	mysql, redis, pricing *tcpProxy
-	env                   []string // ORDERS_* pointing at the proxies
-	replayEnv             []string // more environment for the service replayClean starts
+	t                            *testing.T
+	ordersBin                    string
+	dir                          string
+	mysql, redis, pricing, fraud *tcpProxy
+	env                          []string // ORDERS_* pointing at the proxies
+	replayEnv                    []string // more environment for the service replayClean starts
 }
 
 func newStage(t *testing.T) *stage {
@@ -57,7 +63,7 @@ func newStage(t *testing.T) *stage {
 		t.Fatal(err)
 	}
 	s := &stage{t: t, ordersBin: ordersBin, dir: t.TempDir(),
-		mysql: newProxy(t, mc.Addr), redis: newProxy(t, cfg.RedisAddr), pricing: newProxy(t, pu.Host)}
+		mysql: newProxy(t, mc.Addr), redis: newProxy(t, cfg.RedisAddr), pricing: newProxy(t, pu.Host), fraud: newProxy(t, orderstest.Fraud(t))}
 	mc.Addr = s.mysql.Addr()
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -69,6 +75,7 @@ func newStage(t *testing.T) *stage {
 		orders.EnvRedisAddr + "=" + s.redis.Addr(),
 		orders.EnvRedisPrefix + "=" + cfg.RedisPrefix,
 		orders.EnvPricingURL + "=http://" + s.pricing.Addr(),
+		orders.EnvFraudAddr + "=" + s.fraud.Addr(),
 		// A CI machine running other packages' tests beside this one has
 		// put the load step's requests 8 s behind their schedule, and
 		// downstream calls over the default 5 s bound failed with 502.
@@ -95,10 +102,15 @@ func (s *stage) service(name string, env ...string) *demo.Service {
 	return svc
 }
 
-func (s *stage) stopDownstreams()  { s.mysql.Stop(); s.redis.Stop(); s.pricing.Stop() }
-func (s *stage) startDownstreams() { s.mysql.Start(); s.redis.Start(); s.pricing.Start() }
+func (s *stage) stopDownstreams() { s.mysql.Stop(); s.redis.Stop(); s.pricing.Stop(); s.fraud.Stop() }
+func (s *stage) startDownstreams() {
+	s.mysql.Start()
+	s.redis.Start()
+	s.pricing.Start()
+	s.fraud.Start()
+}
 func (s *stage) downstreamConns() int64 {
-	return s.mysql.Accepted() + s.redis.Accepted() + s.pricing.Accepted()
+	return s.mysql.Accepted() + s.redis.Accepted() + s.pricing.Accepted() + s.fraud.Accepted()
 }
 
 // TestRecordReplayLoad is the story of issue 7 against real servers: record
@@ -144,6 +156,7 @@ func TestRecordReplayLoad(t *testing.T) {
 		}
 	}
 	t.Logf("recorded %d sessions: %v", len(sessions), byAPI)
+	checkFraudCalls(t, sessions, s.fraud.Addr())
 
 	// Replay with every downstream stopped.
 	s.stopDownstreams()
@@ -157,8 +170,10 @@ func TestRecordReplayLoad(t *testing.T) {
 	sum, results := replayAll(t, cfg, filepath.Join(s.dir, "report-changed"))
 	// Every session that reached the pricing service must fail at the
 	// pricing request's channel; those that created an order also at
-	// body.status; nothing else may differ, and no other session may fail.
-	priced, created := map[string]bool{}, map[string]bool{}
+	// body.status; those that created a discounted order also at the
+	// fraud check's total_cents (by name: the replay has the schema); nothing else
+	// may differ, and no other session may fail.
+	priced, created, discounted := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, se := range sessions {
 		for _, c := range se.Calls {
 			if c.Proto == "http" && !c.Setup {
@@ -167,30 +182,36 @@ func TestRecordReplayLoad(t *testing.T) {
 		}
 		if strings.Contains(firstLine(se.Inbound.Response), " 201 ") {
 			created[se.ID] = true
+			var o orders.Order
+			if _, b, ok := strings.Cut(string(se.Inbound.Response), "\r\n\r\n"); ok && json.Unmarshal([]byte(b), &o) == nil && o.DiscountCents > 0 {
+				discounted[se.ID] = true
+			}
 		}
 	}
-	if sum.Failed != len(priced) || sum.Errors != 0 || len(created) == 0 {
-		t.Errorf("changed build: %d failed, %d errors; want the %d sessions that reached pricing (%d created an order) to fail",
-			sum.Failed, sum.Errors, len(priced), len(created))
+	if sum.Failed != len(priced) || sum.Errors != 0 || len(created) == 0 || len(discounted) == 0 {
+		t.Errorf("changed build: %d failed, %d errors; want the %d sessions that reached pricing (%d created an order, %d discounted) to fail",
+			sum.Failed, sum.Errors, len(priced), len(created), len(discounted))
 	}
 	for _, r := range results {
 		if r.Status != regress.Failed {
 			continue
 		}
-		var status, channel bool
+		var status, channel, total bool
 		for _, f := range r.Findings {
 			switch {
 			case f.Where == regress.InResponse && f.Path == "body.status" && strings.Contains(f.Want, "created") && strings.Contains(f.Got, "pending"):
 				status = true
 			case f.Where == regress.InDownstream && f.Call != nil && f.Call.Proto == "http" && strings.Contains(f.Path+" "+f.Got, "channel"):
 				channel = true
+			case f.Where == regress.InDownstream && f.Call != nil && f.Call.Proto == http2.GRPCName && f.Path == "message[0].total_cents":
+				total = true
 			case f.Where == regress.InResponse || f.Call == nil || f.Call.Proto != "mysql":
 				t.Errorf("session %s: unexpected difference %s (%s → %s)", r.Session, f.Label(), f.Want, f.Got)
 			}
 		}
-		if !priced[r.Session] || !channel || status != created[r.Session] {
-			t.Errorf("session %s %s (created an order: %v): findings %s; want the pricing request's channel, and body.status created→pending for a created order",
-				r.Session, r.API, created[r.Session], labels(r.Findings))
+		if !priced[r.Session] || !channel || status != created[r.Session] || (created[r.Session] && total != discounted[r.Session]) {
+			t.Errorf("session %s %s (created an order: %v, discounted: %v): findings %s; want the pricing request's channel, body.status created→pending for a created order, the fraud check's total for a discounted one",
+				r.Session, r.API, created[r.Session], discounted[r.Session], labels(r.Findings))
 		}
 	}
 	if err := changed.Stop(); err != nil {
@@ -257,6 +278,69 @@ func TestRecordReplayLoad(t *testing.T) {
 	t.Logf("load: %s", b)
 }
 
+// checkFraudCalls checks the fraud-check calls of recorded orders
+// sessions: a session that created an order made exactly a Screen and a
+// Check, both to dst over HTTP/2 as proto grpc, both about the session's
+// own order (its user, its lines); no other session made one. Many
+// requests share the orders service's one ClientConn, so this is the
+// per-stream attribution on a shared connection.
+func checkFraudCalls(t *testing.T, sessions []*recording.Session, dst string) {
+	t.Helper()
+	checked := 0
+	for _, se := range sessions {
+		var paths []string
+		var wantUser string
+		if strings.HasPrefix(string(se.Inbound.Request), "POST /orders ") {
+			var body orders.CreateOrder
+			if _, b, ok := strings.Cut(string(se.Inbound.Request), "\r\n\r\n"); ok && json.Unmarshal([]byte(b), &body) == nil {
+				wantUser = strconv.FormatInt(body.UserID, 10)
+			}
+		}
+		for _, c := range se.Calls {
+			if c.Proto != http2.GRPCName || c.Setup {
+				continue
+			}
+			m, _, err := http2.ParseMessage(c.Request)
+			if err != nil {
+				t.Errorf("session %s: a grpc call not in the recorded form: %v", se.ID, err)
+				continue
+			}
+			p, _ := http2.Get(m.Header, ":path")
+			paths = append(paths, p)
+			if c.Dst != dst {
+				t.Errorf("session %s: %s to %s, want %s", se.ID, p, c.Dst, dst)
+			}
+			// message[0].1 is Order.user_id, by field number
+			var user string
+			for _, f := range http2.DecodeMessage(false, m, nil, p).Fields {
+				if f.Path == "message[0].1" {
+					user = f.Value
+				}
+			}
+			if user != wantUser {
+				t.Errorf("session %s (user %s): its %s call is about user %q", se.ID, wantUser, p, user)
+			}
+			for _, f := range append(append([]hpack.HeaderField(nil), m.Header...), m.Trailer...) {
+				if strings.HasPrefix(f.Name, "retrace-") {
+					t.Errorf("session %s: %s recorded with %s: %s", se.ID, p, f.Name, f.Value)
+				}
+			}
+		}
+		created := strings.Contains(firstLine(se.Inbound.Response), " 201 ")
+		if created {
+			checked++
+			if fmt.Sprint(paths) != fmt.Sprint([]string{fraud.ScreenMethod, fraud.CheckMethod}) {
+				t.Errorf("session %s created an order with fraud calls %v, want Screen then Check", se.ID, paths)
+			}
+		} else if len(paths) > 0 && !strings.Contains(firstLine(se.Inbound.Response), " 422 ") {
+			t.Errorf("session %s (%s) made fraud calls %v", se.ID, firstLine(se.Inbound.Response), paths)
+		}
+	}
+	if checked == 0 {
+		t.Error("no session created an order")
+	}
+}
+
 // startMock starts a mock server loaded with sessions, closed at the end of
 // the test.
 func startMock(t *testing.T, sessions []*recording.Session) *mockserver.Server {
@@ -286,7 +370,11 @@ func startMock(t *testing.T, sessions []*recording.Session) *mockserver.Server {
 func (s *stage) replayClean(mock *mockserver.Server, sessions []*recording.Session, report string, alongside func(url string) (wait func())) regress.Config {
 	t := s.t
 	t.Helper()
-	cfg := regress.Config{Source: regress.Sessions(sessions), MockAdmin: mock.AdminURL(), Concurrency: replayWorkers}
+	schema, err := demo.FraudSchema() // the fraud check's messages compared by field name
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := regress.Config{Source: regress.Sessions(sessions), MockAdmin: mock.AdminURL(), Concurrency: replayWorkers, Schema: schema}
 	svc := s.service("replay", append([]string{"RETRACE_MODE=replay", "RETRACE_MOCK_ADDR=" + mock.Addr()}, s.replayEnv...)...)
 	cfg.Target = svc.URL()
 	wait := func() {}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"runtime"
@@ -552,8 +553,14 @@ func (e *engine) newState(fd unsafe.Pointer) *connState {
 			if dst, ok := e.connects.take(sysfd); ok {
 				st.redirect, st.dst = true, dst
 				st.info.Remote = dst
-				if _, err := netip.ParseAddrPort(dst); err != nil {
+				if ap, err := netip.ParseAddrPort(dst); err != nil {
 					st.info.Host = dst
+				} else if ra, ok := l.fdRaddr(fd).(*net.TCPAddr); ok && ra.AddrPort() != ap {
+					// the application sees the address it dialled, not
+					// the mock server's: a client that dials its
+					// connection's RemoteAddr again (pgx's CancelRequest)
+					// is redirected too
+					l.setFdRaddr(fd, net.TCPAddrFromAddrPort(ap))
 				}
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
@@ -462,4 +463,81 @@ func TestRecordH2RewriterFailsOpen(t *testing.T) {
 			require.False(t, strings.HasPrefix(k, "retrace-"), "the server saw %s", k)
 		}
 	}
+}
+
+// TestRecordGRPCOverTLS: a grpc-go client with TLS credentials (ALPN h2)
+// is recorded from its plaintext, stream by stream: 16 requests' six calls
+// each, every call in its own request's session, marked TLS with h2.
+func TestRecordGRPCOverTLS(t *testing.T) {
+	const n = 16
+	ca := certtest.New(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	svc := &grpctest.Service{}
+	grpctest.ServeService(t, l, svc, grpc.Creds(credentials.NewTLS(ca.ServerConfig(t))))
+	rec, store := newCapture(t)
+	undo, err := hook.Install(hook.Config{Mode: hook.Record, Recorder: rec, Logger: discardLogger()})
+	require.NoError(t, err)
+	cfg := ca.ClientConfig()
+	cfg.ServerName = "localhost"
+	cc, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	require.NoError(t, err)
+	sut := serveShop(t, grpcShop{cc: cc})
+	got := shopCalls(t, sut, n, nil)
+	cc.Close()
+	undo()
+	require.NoError(t, rec.Close(context.Background()))
+	require.Len(t, got, n)
+	for _, md := range svc.Seen {
+		for k := range md {
+			require.False(t, strings.HasPrefix(k, "retrace-"), "the server saw %s", k)
+		}
+	}
+	byTag, _ := sessionsOf(t, store)
+	require.Len(t, byTag, n)
+	for tag, s := range byTag {
+		require.Len(t, s.Calls, 6, tag)
+		for _, c := range s.Calls {
+			assert.Equal(t, "grpc", c.Proto)
+			assert.True(t, c.TLS.On)
+			assert.Equal(t, "h2", c.TLS.ALPN)
+			req, _, _ := halves(t, c)
+			x, _ := http2.Get(req.Header, "x-trace")
+			require.Equal(t, tag, x)
+		}
+	}
+}
+
+// TestRecordPRIThatIsNotHTTP2: a client of another protocol whose first
+// write starts with "PRI " goes through the rewriter until the preface
+// does not match; its bytes reach the server as written, and that is no
+// rewriter failure.
+func TestRecordPRIThatIsNotHTTP2(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		b, _ := io.ReadAll(c)
+		got <- b
+	}()
+	before := hook.ReadStats()
+	install(t, hook.Config{Mode: hook.Record, Recorder: &writeRecorder{}, Logger: discardLogger()})
+	c, err := net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	msgs := []string{"PRI ", "VATE hello\r\n", "and more\r\n"}
+	for _, m := range msgs {
+		_, err := c.Write([]byte(m))
+		require.NoError(t, err)
+	}
+	require.NoError(t, c.Close())
+	assert.Equal(t, strings.Join(msgs, ""), string(<-got))
+	st := hook.ReadStats()
+	assert.Equal(t, before.H2RewriteFailed, st.H2RewriteFailed)
+	assert.Equal(t, before.H2Outbound+1, st.H2Outbound)
 }

@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"errors"
 	"sync/atomic"
 
 	"github.com/retrace-dev/retrace/wire/http2/inband"
@@ -119,6 +120,11 @@ func (e *engine) h2Rewrite(h *h2Out, st *connState, b []byte) (out []byte) {
 	}
 	rest := h.rw.Unwritten()
 	h.rw = nil
+	if errors.Is(err, inband.ErrNotHTTP2) {
+		// "PRI " and then not the preface: another protocol, whose bytes
+		// go as they are; nothing was rewritten
+		return rest
+	}
 	e.h2Broken.Store(true)
 	counters.h2outFailed.Add(1)
 	e.reportOnce("h2-outbound-rewrite", "an outbound HTTP/2 connection could not be rewritten: its bytes go on unchanged, and calls carry their trace in-band no more",

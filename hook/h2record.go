@@ -74,8 +74,9 @@ func (e *engine) h2Upgrade(st *connState) {
 func switchesToH2C(b []byte) bool {
 	const status = "HTTP/1.1 101"
 	end := bytes.Index(b, []byte("\r\n\r\n"))
-	if len(b) < len(status) || string(b[:len(status)]) != status || end < 0 {
-		return false
+	if len(b) < len(status) || string(b[:len(status)]) != status || end < 0 ||
+		bytes.Count(b[:end], []byte("\n")) != bytes.Count(b[:end], []byte("\r\n")) {
+		return false // (a line ended by a bare LF: no server writes that)
 	}
 	for _, line := range bytes.Split(b[:end], []byte("\r\n"))[1:] {
 		name, value, ok := bytes.Cut(line, []byte(":"))

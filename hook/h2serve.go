@@ -65,8 +65,8 @@ func h2ServeTargets() ([]target, error) {
 // h2BaseContext replaces serverConnBaseContext(c net.Conn, opts
 // *ServeConnOpts) (context.Context, func()).
 func h2BaseContext(c net.Conn, opts *h2ServeOpts) (context.Context, func()) {
-	if e := active.Load(); e != nil && c != nil && opts != nil {
-		e.wrapH2Handler(c, opts)
+	if e := active.Load(); e != nil && opts != nil {
+		e.wrapH2Handler(opts)
 	}
 	parent := context.Background()
 	hs := new(http.Server)
@@ -84,9 +84,10 @@ func h2BaseContext(c net.Conn, opts *h2ServeOpts) (context.Context, func()) {
 	return ctx, cancel
 }
 
-// wrapH2Handler puts the connection's handler in an h2Handler (once: the
-// caller may serve several connections with one options struct).
-func (e *engine) wrapH2Handler(c net.Conn, opts *h2ServeOpts) {
+// wrapH2Handler puts the options' handler in an h2Handler, once (a caller
+// may serve several connections with one options struct; the wrapper
+// knows each request's connection by its addresses).
+func (e *engine) wrapH2Handler(opts *h2ServeOpts) {
 	defer func() {
 		if r := recover(); r != nil {
 			e.recovered("h2-serve-conn", r)
@@ -103,25 +104,15 @@ func (e *engine) wrapH2Handler(c net.Conn, opts *h2ServeOpts) {
 			h = http.DefaultServeMux
 		}
 	}
-	var remote, local string
-	if a := c.RemoteAddr(); a != nil {
-		remote = a.String()
-	}
-	if a := c.LocalAddr(); a != nil {
-		local = a.String()
-	}
-	opts.Handler = &h2Handler{h: h, key: h2Key(remote, local)}
+	opts.Handler = &h2Handler{h: h}
 }
 
 // h2Handler is a connection's handler, run in each stream's trace.
-type h2Handler struct {
-	h   http.Handler
-	key string // the connection's, in h2Conns
-}
+type h2Handler struct{ h http.Handler }
 
 func (w *h2Handler) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	if active.Load() != nil {
-		if t := w.streamTrace(rw); t != nil {
+		if t := streamTrace(rw, req); t != nil {
 			rel := trace.Bind(t)
 			counters.bound.Add(1)
 			if !t.ReplayTime.IsZero() {
@@ -134,8 +125,10 @@ func (w *h2Handler) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 }
 
 // streamTrace returns the trace of rw's stream (an empty ID for none), or
-// nil when the agent does not follow the connection.
-func (w *h2Handler) streamTrace(rw http.ResponseWriter) (t *trace.Trace) {
+// nil when the agent does not follow the connection: the request's
+// RemoteAddr and the local address the server put in its context (in
+// serverConnBaseContext) name it.
+func streamTrace(rw http.ResponseWriter, req *http.Request) (t *trace.Trace) {
 	defer func() {
 		if r := recover(); r != nil {
 			if e := active.Load(); e != nil {
@@ -144,7 +137,11 @@ func (w *h2Handler) streamTrace(rw http.ResponseWriter) (t *trace.Trace) {
 			t = nil
 		}
 	}()
-	v, ok := h2Conns.Load(w.key)
+	local, _ := req.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if local == nil {
+		return nil
+	}
+	v, ok := h2Conns.Load(h2Key(req.RemoteAddr, local.String()))
 	if !ok {
 		return nil
 	}

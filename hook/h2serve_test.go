@@ -1,3 +1,4 @@
+//lint:file-ignore SA1019 x/net/http2/h2c is what services serving h2c by Upgrade (and older h2c services) use: the agent hooks its server, the test serves through it
 package hook_test
 
 import (

@@ -246,6 +246,11 @@ func (l *netLayout) fdRaddr(fd unsafe.Pointer) net.Addr {
 	return *(*net.Addr)(unsafe.Add(fd, l.raddr))
 }
 
+// setFdRaddr sets the address the netFD's RemoteAddr reports.
+func (l *netLayout) setFdRaddr(fd unsafe.Pointer, a net.Addr) {
+	*(*net.Addr)(unsafe.Add(fd, l.raddr)) = a
+}
+
 // opError wraps err the way net.(*conn) methods do. Not inlined: it would
 // make the frames of the hot paths that call it larger (see connRead).
 //

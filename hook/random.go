@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -164,7 +165,7 @@ func tracedDraw(r *trace.Random, s trace.MathSource) (v uint64, ok bool) {
 			v, ok = 0, false
 		}
 	}()
-	if !userDraw() {
+	if !appMathDraw() {
 		return 0, false
 	}
 	return r.Uint64(s)
@@ -289,15 +290,36 @@ func readerReal(b []byte) { (*readerRead.Load())(nil, nil, b) }
 // The stack is walked by frame pointers, and each return address is
 // classified once (its inlined frames included), then found in a table:
 // only draws on a traced goroutine pay it.
-func userDraw() bool {
+func userDraw() bool { return drawFor(callerDep) }
+
+// appMathDraw reports whether the math/rand draw in progress is the
+// application's own: the first function above the draw that is not the
+// agent's nor math/rand's is in the application's code — its main module,
+// package main, or a module replaced by a local directory — and not in the
+// standard library or a module it depends on. A dependency's math/rand
+// draws are its own business, made when its state says so rather than
+// when the request does: pgx's pool draws a lifetime jitter for each
+// connection it opens, on the goroutine of the request that made it
+// grow, and a retry's backoff jitter is drawn when the network says. They
+// get real randomness and leave the request's sequence alone, so that
+// the request's own draws replay whatever the pool did. A library that
+// draws math/rand for its caller (a shuffle helper) is not replayed.
+func appMathDraw() bool { return drawFor(callerStd) }
+
+// drawFor walks the stack of the draw in progress to its first frame of
+// a kind other than callerThrough: the draw is the application's when
+// that is callerUser, or dep is callerDep and it is a dependency's.
+func drawFor(dep uint8) bool {
 	var pcs [16]uintptr
 	n := returnPCs(pcs[:])
 	for _, pc := range pcs[:n] {
-		switch callerKind(pc) {
+		switch k := callerKind(pc); k {
 		case callerUser:
 			return true
 		case callerStd:
 			return false
+		case callerDep:
+			return dep == callerDep
 		}
 	}
 	return true
@@ -308,7 +330,8 @@ const (
 	callerUnknown uint8 = iota
 	callerThrough       // the agent's, or a library function that draws for its caller
 	callerStd           // the standard library's own
-	callerUser          // the application's, or a module's it depends on
+	callerUser          // the application's: its main module, package main, a module replaced by a local directory
+	callerDep           // a module the application depends on
 )
 
 // kindEntry is a classified return address; entries are never modified,
@@ -363,30 +386,48 @@ func packageKind(pkg string) uint8 {
 	case "main":
 		return callerUser
 	}
+	for _, m := range modulePaths() {
+		if pkg == m.path || strings.HasPrefix(pkg, m.path+"/") {
+			return m.kind
+		}
+	}
 	first, _, _ := strings.Cut(pkg, "/")
 	if strings.Contains(first, ".") {
-		return callerUser
-	}
-	for _, m := range modulePaths() {
-		if pkg == m || strings.HasPrefix(pkg, m+"/") {
-			return callerUser // a module whose path has no dot ("module orders")
-		}
+		// a module the build information does not list (none is when the
+		// binary was built without module information)
+		return callerDep
 	}
 	return callerStd // including vendor/golang.org/x/crypto/..., std's own copy
 }
 
-// modulePaths are the paths of the modules the program was built from.
-var modulePaths = sync.OnceValue(func() []string {
+// module is a module the program was built from and the kind of its
+// code: callerUser for the application's (the main module, and a module
+// replaced by a local directory, as a monorepo's or a workspace's),
+// callerDep for a dependency.
+type module struct {
+	path string
+	kind uint8
+}
+
+// modulePaths are the modules of the program, the longest path first (a
+// module nested in another's path is its own).
+var modulePaths = sync.OnceValue(func() []module {
+	var out []module
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return nil
+		return out
 	}
-	out := []string{}
-	for _, m := range append([]*debug.Module{&bi.Main}, bi.Deps...) {
-		if m.Path != "" && m.Path != "command-line-arguments" {
-			out = append(out, m.Path)
+	for i, m := range append([]*debug.Module{&bi.Main}, bi.Deps...) {
+		if m.Path == "" || m.Path == "command-line-arguments" {
+			continue
 		}
+		k := callerDep
+		if i == 0 || m.Replace != nil && m.Replace.Version == "" || m.Version == "(devel)" {
+			k = callerUser
+		}
+		out = append(out, module{m.Path, k})
 	}
+	slices.SortStableFunc(out, func(a, b module) int { return len(b.path) - len(a.path) })
 	return out
 })
 

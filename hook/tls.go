@@ -394,6 +394,14 @@ func (e *engine) tlsWrite(st *connState, c *tls.Conn, b []byte) (int, error) {
 	if st.inbound {
 		return e.inboundWrite(st, nil, b)
 	}
+	if l := tlsLayoutP.Load(); !l.complete(unsafe.Pointer(c)).Load() {
+		// the handshake crypto/tls's Write would start (a client that does
+		// not call Handshake, pgx): done before the write is reported, so
+		// that its call is marked with what the handshake negotiated
+		if err := c.Handshake(); err != nil {
+			return 0, err
+		}
+	}
 	if !e.plainOutboundWrite(st, b) {
 		return e.outboundWriteSplit(st, nil, b)
 	}

@@ -62,6 +62,10 @@ type conn struct {
 	requests, matches, misses counterSlot
 
 	held hold // the answer being built, when causal order holds it back
+	// recDur is how long the recorded call of the answer being built took
+	// (0 for an answer not from the trace's recording): the longest an
+	// answer the client had cancelled is held (awaitCancel)
+	recDur time.Duration
 
 	// clock is when the last answer was built, zero once the next frame is
 	// awaited: a reading for the write deadline and the idle time that
@@ -392,11 +396,15 @@ func (c *conn) process() error {
 			break
 		}
 		start := c.s.now()
+		mark := len(c.out)
 		closeAfter := c.answer(&r)
 		c.clock = c.s.now()
 		c.s.metrics.latency.Observe((c.clock - start).Seconds())
 		c.s.metrics.answers.record(c.clock - start)
 		c.awaitSent()
+		if err := c.awaitCancel(mark); err != nil {
+			return err
+		}
 		off += n
 		if r.Quit || closeAfter {
 			quit = errQuit
@@ -557,6 +565,7 @@ func (c *conn) matchTrace(ts *traceState, r *wire.Request, oc *ObservedCall) ([]
 			oc.Matched, oc.Strategy, oc.Score = u.seq, string(res.strategy), res.score
 			out := c.ad.Reply(r, u.resp)
 			ts.markSent(u.call)
+			c.recDur = time.Duration(ts.entry.s.Calls[u.call].DurNs)
 			if rc := &ts.entry.s.Calls[u.call]; len(out) > 0 && s.cfg.CausalWait > 0 {
 				// held only if the trace has not sent every call the
 				// recording sent before this answer (usually it has)
@@ -644,6 +653,50 @@ func (s *Server) await(ctx context.Context, h hold, dst string) (waited bool) {
 			return true
 		}
 	}
+}
+
+// awaitCancel holds the answer just built (c.out from mark on) when the
+// recorded answer came back because the client cancelled its request from
+// another connection (wire.Canceller: PostgreSQL's query_canceled): what
+// the server sent before it was cancelled goes at once, the rest once the
+// live client's cancel reaches the mock server, or at most twice as long
+// as the recorded call took and a second (a client that does not cancel
+// gets the answer then).
+func (c *conn) awaitCancel(mark int) error {
+	d := c.recDur
+	c.recDur = 0
+	cn, ok := c.ad.(wire.Canceller)
+	if !ok {
+		return nil
+	}
+	cancelled, head, done, ok := cn.AwaitCancel()
+	if !ok {
+		return nil
+	}
+	defer done()
+	if d <= 0 || mark+head > len(c.out) {
+		return nil
+	}
+	if n := mark + head; n > 0 {
+		if err := c.write(c.out[:n]); err != nil {
+			return err
+		}
+		c.out = c.out[:copy(c.out, c.out[n:])]
+	}
+	// the live client cancels later than the recorded one did when
+	// replaying is slower than recording was
+	d = 2*d + time.Second
+	c.clock = 0 // a reading from before the wait is stale
+	c.s.metrics.holds.Inc()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-cancelled:
+	case <-timer.C:
+		c.s.log.Info("answer of a cancelled call released: the client did not cancel it", "dst", c.dst, "after", d)
+	case <-c.ctx.Done():
+	}
+	return nil
 }
 
 func clip(s string) string {

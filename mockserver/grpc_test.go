@@ -434,3 +434,50 @@ func TestMockGRPCMovedDestination(t *testing.T) {
 		})
 	}
 }
+
+// TestMockGRPCSlowLookupDoesNotStall: with recordings fetched on demand
+// (Config.Lookup, --lazy), a trace whose recording is slow to come holds
+// up its own stream only: another trace's calls on the same connection
+// are answered meanwhile.
+func TestMockGRPCSlowLookupDoesNotStall(t *testing.T) {
+	dst, _, sessions := recordGRPC(t, 2)
+	byID := map[string]*recording.Session{}
+	for _, s := range sessions {
+		byID[s.ID] = s
+	}
+	asked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	lookup := func(ctx context.Context, id string) (*recording.Session, error) {
+		if id == "grpc-00" {
+			once.Do(func() { close(asked) })
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return byID[id], nil
+	}
+	srv := mocktest.NewServer(t, mockserver.Config{Lookup: lookup})
+	cc := mockClient(t, srv, dst)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	slow := make(chan error, 1)
+	go func() {
+		_, err := grpcWork(inTrace(ctx, "grpc-00"), cc, "grpc-00")
+		slow <- err
+	}()
+	<-asked
+	if _, err := grpcWork(inTrace(ctx, "grpc-01"), cc, "grpc-01"); err != nil {
+		t.Fatalf("the trace beside the slow one: %v", err)
+	}
+	select {
+	case err := <-slow:
+		t.Fatalf("the slow trace answered before its recording came: %v", err)
+	default:
+	}
+	close(release)
+	if err := <-slow; err != nil {
+		t.Fatalf("the slow trace: %v", err)
+	}
+}

@@ -25,7 +25,9 @@ import (
 type muxConn struct {
 	c   *conn
 	ctx context.Context
-	dst string // the recorded destination, once decided
+	// dst is the recorded destination, once decided (under mu until
+	// then; c.dst is the reader's)
+	dst string
 	// chain matches a destination's requests: its own chain if it has
 	// one, else the messages by similarity and then the server's chain.
 	chain []Strategy
@@ -50,7 +52,6 @@ type muxReq struct {
 	last  wire.MuxEvent // the latest report of the request
 	raw   []byte        // its latest recorded form
 	more  chan struct{} // the request changed while its answer was sought
-	start time.Duration // when it opened, on the server's clock
 
 	decided  bool // answered or missing
 	over     bool // ended or gone
@@ -73,6 +74,9 @@ func (c *conn) serveMux(mp wire.Multiplexed) error {
 	err := m.read()
 	cancel()
 	m.matches.Wait()
+	if m.dst != "" {
+		c.dst, c.unresolved = m.dst, false
+	}
 	close(m.stop)
 	<-m.wdone
 	m.mu.Lock()
@@ -122,15 +126,9 @@ func (m *muxConn) feed(p []byte) error {
 	for _, e := range evs {
 		r := m.streams[e.ID]
 		if r == nil {
-			if e.Gone && !e.Ended && e.Req.Op == "" {
-				continue
-			}
-			r = &muxReq{id: e.ID, proto: e.Proto, tid: e.Req.Owner, more: make(chan struct{}, 1), start: m.c.s.now()}
+			r = &muxReq{id: e.ID, proto: e.Proto, tid: e.Req.Owner, more: make(chan struct{}, 1)}
 			m.streams[e.ID] = r
 			m.c.s.metrics.requests.WithLabelValues(e.Proto).Inc()
-			if m.dst == "" {
-				m.resolve(&e)
-			}
 			m.matches.Add(1)
 			go m.answer(r)
 		}
@@ -148,22 +146,33 @@ func (m *muxConn) feed(p []byte) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("%s connection to %s: %w", m.c.proto.Name(), m.c.dst, err)
+		return fmt.Errorf("%s connection to %s: %w", m.c.proto.Name(), m.c.live, err)
 	}
 	return nil
 }
 
-// resolve decides, at the first request of a connection to a destination
-// no recording names, which recorded destination answers it; the caller
-// holds m.mu.
+// resolve decides, for a connection to a destination no recording
+// names, which recorded destination answers it, from the first request
+// whose goroutine gets there (its trace's recording may have to be
+// fetched first: the others do not wait for it).
 func (m *muxConn) resolve(e *wire.MuxEvent) {
-	c := m.c
-	c.unresolved = false
-	d := c.s.resolveByRequest(c.live, c.proto, &e.Req, e.Req.Owner)
-	if d.Recorded != "" {
-		c.dst = d.Recorded
+	m.mu.Lock()
+	done := m.dst != ""
+	m.mu.Unlock()
+	if done {
+		return
 	}
-	m.setDst(c.dst)
+	c := m.c
+	d := c.s.resolveByRequest(c.live, c.proto, &e.Req, e.Req.Owner)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dst == "" {
+		if d.Recorded != "" {
+			m.setDst(d.Recorded)
+		} else {
+			m.setDst(c.live)
+		}
+	}
 }
 
 // wake has the writer send what the Mux holds.
@@ -217,7 +226,10 @@ func (m *muxConn) answer(r *muxReq) {
 	s := m.c.s
 	var ts *traceState
 	if r.tid != "" {
-		ts = s.trace(m.ctx, r.tid) // may fetch the recording: this request waits, no other
+		// may fetch the recording: this request waits, no other; with the
+		// server's context, as the fetch may be shared with other
+		// connections' requests, which this one's end must not cancel
+		ts = s.trace(m.c.ctx, r.tid)
 	}
 	var patience *time.Timer
 	patient := true
@@ -225,7 +237,10 @@ func (m *muxConn) answer(r *muxReq) {
 		m.mu.Lock()
 		e := r.last
 		m.mu.Unlock()
+		m.resolve(&e)
+		t0 := s.now()
 		resp, h, reason, wait := m.find(r, ts, &e, patient)
+		took := s.now() - t0 // the answer's time, waits and holds left out
 		if wait {
 			if patience == nil {
 				patience = time.NewTimer(muxPatience)
@@ -244,6 +259,7 @@ func (m *muxConn) answer(r *muxReq) {
 		if reason == "" {
 			s.await(m.ctx, h, m.dst)
 		}
+		t1 := s.now()
 		m.mu.Lock()
 		r.ts = ts
 		if reason == "" {
@@ -256,7 +272,7 @@ func (m *muxConn) answer(r *muxReq) {
 		} else {
 			s.metrics.matches.WithLabelValues(r.oc.Strategy).Inc()
 		}
-		d := s.now() - r.start
+		d := took + s.now() - t1
 		s.metrics.latency.Observe(d.Seconds())
 		s.metrics.answers.record(d)
 		r.decided = true
@@ -287,14 +303,17 @@ func (m *muxConn) find(r *muxReq, ts *traceState, e *wire.MuxEvent, patient bool
 	}
 	req := &e.Req
 	if ts == nil {
-		if real, ok := s.cfg.untraced(m.c.live); ok {
-			return nil, h, fmt.Sprintf("untraced %s request to %s cannot be proxied to %s: a multiplexed connection is not proxied request by request", r.proto, m.dst, real), false
-		}
+		// start-up and background traffic (a health check): answered
+		// from the background recordings by similarity; never proxied
 		if a, ok := s.idx.answerBackground(m.dst, req); ok {
 			oc.Matched, oc.Strategy, oc.Score = a.seq, "background", 1
 			return a.resp, h, "", false
 		}
-		return nil, h, fmt.Sprintf("untraced request (no %s) to %s: no start-up or background recording of the destination answers %s", "retrace-trace-id", m.dst, req.Op), false
+		reason = fmt.Sprintf("untraced %s request (no in-band trace) to %s: no start-up or background recording of the destination answers %s", r.proto, m.dst, req.Op)
+		if real, ok := s.cfg.untraced(m.c.live); ok {
+			reason += fmt.Sprintf(", and it cannot be proxied to %s: a multiplexed connection is not proxied request by request", real)
+		}
+		return nil, h, reason, false
 	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()

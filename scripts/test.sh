@@ -171,7 +171,9 @@ start_mysql() {
 
 # start_postgres runs a scratch PostgreSQL with SCRAM-SHA-256 password
 # authentication on loopback: user retrace, password retrace, database
-# retrace_test. initdb refuses root, so the server runs as postgres.
+# retrace_test. initdb refuses root, so the server runs as postgres. The
+# server has TLS on (the certificate of certs): user retrace may use it,
+# user retrace_tls (password retrace) must (hostssl only).
 start_postgres() {
 	local bin
 	bin=$(pg_bin)
@@ -181,11 +183,27 @@ start_postgres() {
 	chmod 0755 "$work"
 	runuser -u postgres -- "$bin/initdb" -D "$work/pg" -U retrace --pwfile="$work/pgpass" \
 		--auth=scram-sha-256 -E UTF8 >"$work/pg-install.log" 2>&1
+	# the key must be the server user's and private to it
+	cp "$work/tls/server.pem" "$work/pg/server.crt"
+	cp "$work/tls/server.key" "$work/pg/server.key"
+	chown postgres "$work/pg/server.crt" "$work/pg/server.key" 2>/dev/null || true
+	chmod 0600 "$work/pg/server.key"
+	# pg_hba.conf: the first line that fits decides
+	{
+		printf 'hostnossl all retrace_tls 0.0.0.0/0 reject\n'
+		printf 'hostssl all retrace_tls 127.0.0.1/32 scram-sha-256\n'
+		cat "$work/pg/pg_hba.conf"
+	} >"$work/pg/pg_hba.new"
+	mv "$work/pg/pg_hba.new" "$work/pg/pg_hba.conf"
+	chown postgres "$work/pg/pg_hba.conf" 2>/dev/null || true
 	runuser -u postgres -- "$bin/pg_ctl" -D "$work/pg" -l "$work/pgsock/pg.log" -w -o \
-		"-p $POSTGRES_PORT -k $work/pgsock -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300 -c synchronous_commit=off" \
+		"-p $POSTGRES_PORT -k $work/pgsock -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300 -c synchronous_commit=off -c ssl=on" \
 		start >/dev/null
 	PGPASSWORD=retrace psql -h 127.0.0.1 -p "$POSTGRES_PORT" -U retrace -d postgres -qc 'CREATE DATABASE retrace_test' >/dev/null
+	PGPASSWORD=retrace psql -h 127.0.0.1 -p "$POSTGRES_PORT" -U retrace -d retrace_test -qc \
+		"CREATE USER retrace_tls PASSWORD 'retrace'; GRANT ALL ON SCHEMA public TO retrace_tls" >/dev/null
 	export RETRACE_TEST_POSTGRES="postgres://retrace:retrace@127.0.0.1:$POSTGRES_PORT/retrace_test?sslmode=disable"
+	export RETRACE_TEST_POSTGRES_TLS="postgres://retrace_tls:retrace@127.0.0.1:$POSTGRES_PORT/retrace_test"
 }
 
 if [ "${1:-}" = --serve ]; then

@@ -14,8 +14,8 @@ const module = "github.com/retrace-dev/retrace"
 // protocol's knowledge stays in its package.
 var importers = map[string]string{
 	"hook":                "the agent frames HTTP/1 responses on accepted connections (http1.Response) on its hot path",
-	"recording/capture":   "an inbound request's session ends with its HTTP/1 response (http1.Response), on the agent's hot path",
-	"replayer/diff":       "compares downstream requests field by field, with each protocol's parsed commands",
+	"recording/capture":   "an inbound request's session ends with its HTTP/1 response (http1.Response), on the agent's hot path; an HTTP/2 connection's streams are reassembled by wire/http2.Conn into one call or session each",
+	"replayer/diff":       "compares the service's inbound HTTP/1 responses (http1.ParsedResponse: status, headers, decoded body); downstream calls go through wire.Comparer and Decode",
 	"replayer/regress":    "pairs MySQL commands of a recording and a replay; reads the service's HTTP responses (http1.ReadResponse); sends HTTP/2 and gRPC sessions from their recorded form and decodes them with a schema (wire/http2, wire/protobuf)",
 	"replayer/report":     "shows HTTP requests and responses as decoded messages with their fields",
 	"replayer/extract":    "turns recorded gRPC sessions into timed requests (wire/http2.ParseMessage of the recorded request half)",

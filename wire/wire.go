@@ -251,6 +251,20 @@ type Answerer interface {
 	AnswerLen(r *Request, b []byte) (int, error)
 }
 
+// Canceller is an Answerer some of whose recorded answers came back only
+// because the client cancelled its request from another connection
+// (PostgreSQL's CancelRequest): the mock server holds such an answer until
+// the live client cancels too (at most a bound longer than the recorded
+// call took).
+type Canceller interface {
+	// AwaitCancel reports whether the answer Reply returned last waits
+	// for the client's cancel; cancelled is then closed when it arrives,
+	// head leading bytes of the answer are sent before the wait (what the
+	// server sent before it was cancelled), and done must be called once
+	// the wait is over.
+	AwaitCancel() (cancelled <-chan struct{}, head int, done func(), ok bool)
+}
+
 // Request is what matching knows of one request, live or recorded: the
 // same features are computed for both sides so strategies compare like
 // with like. Slices alias the bytes the request was parsed from.
@@ -272,6 +286,21 @@ type Request struct {
 	// later requests refer to (MySQL COM_STMT_PREPARE); when the trace's
 	// recording has no answer, Book.Fallback is asked.
 	Prepare bool
+}
+
+// Comparer is implemented by a protocol whose client messages the
+// downstream diff compares in a form of their own rather than Decode's:
+// the same paths, but two spellings of one request made alike (SQL white
+// space), what belongs to the connection left out (statement ids and
+// names), messages that carry nothing to compare (a statement close)
+// dropped, bodies without their transfer and content codings. Protocols
+// without it are compared by Decode's fields.
+type Comparer interface {
+	// CompareForm returns the fields the diff compares of a client
+	// message (or burst of whole messages), false when msg does not parse.
+	// A form without fields carries nothing to compare: a recorded call
+	// like that which a replay never made is no difference.
+	CompareForm(msg []byte) (Decoded, bool)
 }
 
 // Decoded is a human-readable form of a message.

@@ -66,12 +66,13 @@ func runDemo(ctx context.Context, p *proc, args []string) error {
 // runDemoDownstreams runs the embedded downstreams of the orders example,
 // seeded, until interrupted: for the step-by-step walkthrough.
 func runDemoDownstreams(ctx context.Context, p *proc, args []string) error {
-	fs := newFlagSet(p, "demo downstreams", "[--mysql ADDR] [--redis ADDR] [--pricing ADDR] [--ca FILE]",
-		"retrace demo downstreams --mysql 127.0.0.1:13306 --redis 127.0.0.1:16379 --pricing 127.0.0.1:18081 --ca ./pricing-ca.pem")
+	fs := newFlagSet(p, "demo downstreams", "[--mysql ADDR] [--redis ADDR] [--pricing ADDR] [--fraud ADDR] [--ca FILE]",
+		"retrace demo downstreams --mysql 127.0.0.1:13306 --redis 127.0.0.1:16379 --pricing 127.0.0.1:18081 --fraud 127.0.0.1:18082 --ca ./pricing-ca.pem")
 	var a demo.DownstreamAddrs
 	fs.StringVar(&a.MySQL, "mysql", "127.0.0.1:3306", "address of the in-memory MySQL server (user root, no password, database orders)")
 	fs.StringVar(&a.Redis, "redis", "127.0.0.1:6379", "address of the in-memory Redis")
 	fs.StringVar(&a.Pricing, "pricing", "127.0.0.1:8081", "address of the pricing service (HTTPS, with a certificate made at start)")
+	fs.StringVar(&a.Fraud, "fraud", "127.0.0.1:8082", "address of the fraud-check service (gRPC, plaintext HTTP/2)")
 	fs.StringVar(&a.CAFile, "ca", "", "write the certificate of the CA that signed the pricing service's certificate here (for ORDERS_PRICING_CA); default: a temporary file, printed")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -85,8 +86,8 @@ func runDemoDownstreams(ctx context.Context, p *proc, args []string) error {
 		return err
 	}
 	defer dn.Close()
-	fmt.Fprintf(p.Stdout, "MySQL   %s   (DSN %s)\nRedis   %s\npricing %s   (CA %s)\nseeded; Ctrl-C stops them\n",
-		dn.MySQL.Addr(), dn.MySQL.DSN(), dn.RedisAddr(), dn.PricingURL(), dn.OrdersConfig().PricingCA)
+	fmt.Fprintf(p.Stdout, "MySQL   %s   (DSN %s)\nRedis   %s\npricing %s   (CA %s)\nfraud   %s   (gRPC)\nseeded; Ctrl-C stops them\n",
+		dn.MySQL.Addr(), dn.MySQL.DSN(), dn.RedisAddr(), dn.PricingURL(), dn.OrdersConfig().PricingCA, dn.FraudAddr())
 	<-ctx.Done()
 	return nil
 }

@@ -136,7 +136,7 @@ func TestExitCodes(t *testing.T) {
 		"demo": {
 			{name: "missing input", args: []string{"demo", "traffic"}, code: 2},
 			{name: "bad flag value", args: []string{"demo", "--requests", "-5"}, code: 2},
-			{name: "good", args: []string{"demo", "downstreams", "--mysql", "127.0.0.1:0", "--redis", "127.0.0.1:0", "--pricing", "127.0.0.1:0"},
+			{name: "good", args: []string{"demo", "downstreams", "--mysql", "127.0.0.1:0", "--redis", "127.0.0.1:0", "--pricing", "127.0.0.1:0", "--fraud", "127.0.0.1:0"},
 				code: 0, within: time.Second},
 		},
 		"extract": {

@@ -2,7 +2,9 @@
 // story and end-to-end tests: money moved between accounts in a
 // transaction (pgx v5, a pgxpool in its default query mode, so prepared
 // statements are cached per connection) and accounts read with a pgx
-// Batch. Run it with RETRACE_MODE=record and every request's PostgreSQL
+// Batch. At start-up, as services do, it pings PostgreSQL, asks its
+// version, sets up each new connection of the pool (AfterConnect) and
+// migrates a table with gorm (Migrate). Run it with RETRACE_MODE=record and every request's PostgreSQL
 // calls are recorded; with RETRACE_MODE=replay they are answered by the
 // mock server, with no PostgreSQL running.
 //
@@ -25,6 +27,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 )
 
 // Variants of the service: Changed credits the payee one cent less, a
@@ -54,10 +59,16 @@ type Config struct {
 // Server is the ledger service.
 type Server struct {
 	pool    *pgxpool.Pool
+	url     string
 	schema  string // search_path of the URL, "" for none
 	variant string
 	mux     *http.ServeMux
+	// Version is what PostgreSQL's version() said at start-up.
+	Version string
 }
+
+// Statement timeout each connection of the pool sets when it opens.
+const connSetup = "SET statement_timeout = '30s'"
 
 // NewServer connects the pool and pings PostgreSQL, as services do at
 // start-up.
@@ -73,6 +84,10 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns
 	}
+	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, connSetup)
+		return err
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
@@ -81,7 +96,11 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 		pool.Close()
 		return nil, fmt.Errorf("ledger: pinging PostgreSQL: %w", err)
 	}
-	s := &Server{pool: pool, variant: cfg.Variant, mux: http.NewServeMux(), schema: pc.ConnConfig.RuntimeParams["search_path"]}
+	s := &Server{pool: pool, url: cfg.PostgresURL, variant: cfg.Variant, mux: http.NewServeMux(), schema: pc.ConnConfig.RuntimeParams["search_path"]}
+	if err := pool.QueryRow(ctx, "SELECT version()").Scan(&s.Version); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ledger: asking PostgreSQL's version: %w", err)
+	}
 	s.mux.HandleFunc("POST /transfers", s.transfer)
 	s.mux.HandleFunc("GET /accounts/{id}", s.account)
 	return s, nil
@@ -113,6 +132,32 @@ func (s *Server) Setup(ctx context.Context) error {
 		if _, err := s.pool.Exec(ctx, q); err != nil {
 			return fmt.Errorf("ledger: setting up the schema: %w", err)
 		}
+	}
+	return nil
+}
+
+// Audit is a table the service migrates with gorm at start-up.
+type Audit struct {
+	ID     int64 `gorm:"primaryKey"`
+	Action string
+	At     time.Time
+}
+
+// Migrate brings the audit table to the model's schema with gorm's
+// AutoMigrate, as gorm services do at start-up (after Setup, which
+// creates the schema).
+func (s *Server) Migrate(ctx context.Context) error {
+	db, err := gorm.Open(postgres.Open(s.url), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return fmt.Errorf("ledger: gorm: %w", err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return fmt.Errorf("ledger: gorm: %w", err)
+	}
+	defer sqlDB.Close()
+	if err := db.WithContext(ctx).AutoMigrate(&Audit{}); err != nil {
+		return fmt.Errorf("ledger: migrating the audit table: %w", err)
 	}
 	return nil
 }

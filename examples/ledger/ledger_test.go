@@ -40,6 +40,15 @@ func TestTransfers(t *testing.T) {
 			if err := s.Setup(ctx); err != nil {
 				t.Fatal(err)
 			}
+			if !strings.HasPrefix(s.Version, "PostgreSQL ") {
+				t.Errorf("version at start-up: %q", s.Version)
+			}
+			// twice: the second finds the table there
+			for range 2 {
+				if err := s.Migrate(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
 			srv := httptest.NewServer(s)
 			defer srv.Close()
 			defer http.DefaultClient.CloseIdleConnections()

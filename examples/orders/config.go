@@ -3,6 +3,7 @@ package orders
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -26,6 +27,10 @@ type Config struct {
 	// PricingCA is the PEM file of the CA that signed the certificate of
 	// an https PricingURL; empty means the system's roots.
 	PricingCA string
+	// FraudAddr is the host:port of the fraud-check service (gRPC,
+	// plaintext HTTP/2); empty means orders are placed without a fraud
+	// check.
+	FraudAddr string
 	// Variant selects a build: "" (the normal build) or "changed".
 	Variant string
 	// Timeout bounds the downstream work of one request; zero means 5s.
@@ -49,6 +54,7 @@ const (
 	EnvRedisPrefix = "ORDERS_REDIS_PREFIX"
 	EnvPricingURL  = "ORDERS_PRICING_URL"
 	EnvPricingCA   = "ORDERS_PRICING_CA"
+	EnvFraudAddr   = "ORDERS_FRAUD_ADDR"
 	EnvVariant     = "ORDERS_VARIANT"
 	EnvMaxDBConns  = "ORDERS_MYSQL_MAX_CONNS"
 	EnvTimeout     = "ORDERS_TIMEOUT"
@@ -63,6 +69,7 @@ func ConfigFromEnv() Config {
 		RedisPrefix: os.Getenv(EnvRedisPrefix),
 		PricingURL:  os.Getenv(EnvPricingURL),
 		PricingCA:   os.Getenv(EnvPricingCA),
+		FraudAddr:   os.Getenv(EnvFraudAddr),
 		Variant:     os.Getenv(EnvVariant),
 		MaxDBConns:  atoiOr0(os.Getenv(EnvMaxDBConns)),
 		Timeout:     durationOr0(os.Getenv(EnvTimeout)),
@@ -104,6 +111,11 @@ func (c Config) withDefaults() (Config, error) {
 		errs = append(errs, errors.New("orders: pricing URL is empty"))
 	} else if u, err := url.Parse(c.PricingURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("orders: pricing URL %q is not an http(s) URL", c.PricingURL))
+	}
+	if c.FraudAddr != "" {
+		if _, _, err := net.SplitHostPort(c.FraudAddr); err != nil {
+			errs = append(errs, fmt.Errorf("orders: fraud service address %q is not host:port: %w", c.FraudAddr, err))
+		}
 	}
 	c.PricingURL = strings.TrimRight(c.PricingURL, "/")
 	if c.MaxDBConns < 0 {

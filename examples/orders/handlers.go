@@ -10,11 +10,13 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/retrace-dev/retrace/examples/fraud"
 	"github.com/retrace-dev/retrace/examples/pricing"
 )
 
@@ -115,6 +117,9 @@ func (s *Server) placeOrder(ctx context.Context, req CreateOrder) (*Order, error
 		o.ShippingCents = shipping
 	}
 	o.TotalCents = o.SubtotalCents - o.DiscountCents + o.ShippingCents
+	if err := s.checkFraud(ctx, user, o); err != nil {
+		return nil, err
+	}
 
 	seq, err := s.rdb.Incr(ctx, s.cfg.RedisPrefix+"order-seq").Result()
 	if err != nil {
@@ -134,6 +139,40 @@ func (s *Server) placeOrder(ctx context.Context, req CreateOrder) (*Order, error
 		return nil, fmt.Errorf("take stock for order %s: %w", o.ID, err)
 	}
 	return o, nil
+}
+
+// checkFraud asks the fraud service about o over the shared ClientConn:
+// first the risk of every line (a server stream), then the verdict on the
+// whole order (a unary call). Without a fraud service it does nothing.
+func (s *Server) checkFraud(ctx context.Context, u *User, o *Order) error {
+	if s.fraud == nil {
+		return nil
+	}
+	fo := &fraud.Order{UserID: u.ID, Country: u.Country, Tier: u.Tier, TotalCents: o.TotalCents, Currency: o.Currency}
+	if s.cfg.Variant == VariantChanged {
+		fo.TotalCents = o.SubtotalCents + o.ShippingCents // the changed build forgets the discount
+	}
+	for _, l := range o.Lines {
+		fo.Lines = append(fo.Lines, fraud.Line{SKU: l.SKU, Qty: int32(l.Qty), UnitCents: l.UnitCents})
+	}
+	sigs, err := s.fraud.Screen(ctx, fo)
+	if err != nil {
+		return fmt.Errorf("fraud screen: %w", err)
+	}
+	if len(sigs) != len(fo.Lines) {
+		return fmt.Errorf("fraud screen: %d signals for %d lines", len(sigs), len(fo.Lines))
+	}
+	for _, sg := range sigs {
+		fo.ScreenedRisk += sg.Risk
+	}
+	v, err := s.fraud.Check(ctx, fo)
+	if err != nil {
+		return fmt.Errorf("fraud check: %w", err)
+	}
+	if !v.Allow {
+		return errorf(http.StatusUnprocessableEntity, "order refused by the fraud check: score %d (%s)", v.Score, strings.Join(v.Reasons, "; "))
+	}
+	return nil
 }
 
 // user reads a user with an explicitly prepared statement.

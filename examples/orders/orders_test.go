@@ -15,7 +15,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/retrace-dev/retrace/examples/fraud"
 	"github.com/retrace-dev/retrace/examples/orders"
 	"github.com/retrace-dev/retrace/examples/orders/orderstest"
 	"github.com/retrace-dev/retrace/examples/pricing"
@@ -32,6 +35,8 @@ type env struct {
 	http    *httptest.Server
 	mu      sync.Mutex
 	pricing []string // request URIs seen by the pricing service
+	fraud   []string // methods called on the fraud service
+	totals  []int64  // total_cents of each fraud Check
 }
 
 func newEnv(t *testing.T, variant string) *env {
@@ -45,6 +50,19 @@ func newEnv(t *testing.T, variant string) *env {
 		})
 	})
 	e.cfg = orderstest.Config(t, p.URL)
+	e.cfg.FraudAddr = orderstest.Fraud(t,
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			e.noteFraud(info.FullMethod)
+			m := req.(proto.Message).ProtoReflect()
+			e.mu.Lock()
+			e.totals = append(e.totals, m.Get(m.Descriptor().Fields().ByName("total_cents")).Int())
+			e.mu.Unlock()
+			return h(ctx, req)
+		}),
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			e.noteFraud(info.FullMethod)
+			return h(srv, ss)
+		}))
 	e.cfg.Variant = variant
 	srv, err := orders.NewServer(e.cfg)
 	if err != nil {
@@ -59,6 +77,12 @@ func newEnv(t *testing.T, variant string) *env {
 		}
 	})
 	return e
+}
+
+func (e *env) noteFraud(method string) {
+	e.mu.Lock()
+	e.fraud = append(e.fraud, method)
+	e.mu.Unlock()
 }
 
 func (e *env) do(method, path string, body any) (int, []byte) {
@@ -153,6 +177,51 @@ func TestOrderLifecycle(t *testing.T) {
 	if len(e.pricing) != 1 || e.pricing[0] != "/price?sku=KB-101&sku=CB-010" {
 		t.Errorf("pricing requests %q", e.pricing)
 	}
+	if fmt.Sprint(e.fraud) != fmt.Sprint([]string{fraud.ScreenMethod, fraud.CheckMethod}) {
+		t.Errorf("fraud calls %q", e.fraud)
+	}
+	if len(e.totals) != 1 || e.totals[0] != o.TotalCents {
+		t.Errorf("fraud checks of totals %v, want [%d]", e.totals, o.TotalCents)
+	}
+}
+
+// TestFraudRefuses: an order the fraud check refuses is a 422 with its
+// score and reasons, and is not stored; with the fraud service down, a 502
+// naming it.
+func TestFraudRefuses(t *testing.T) {
+	e := newEnv(t, orders.VariantNormal)
+	const uid = 15 // ships to the US, standard tier
+	if u := orders.SeedUser(uid); u.Country != "US" || u.Tier != "standard" {
+		t.Fatalf("seed user %d is %+v", uid, u)
+	}
+	big := orders.CreateOrder{UserID: uid, Items: []orders.OrderItem{{"MN-270", 3}, {"DK-500", 3}, {"HD-330", 1}}}
+	code, b := e.do("POST", "/orders", big)
+	var er struct{ Error string }
+	json.Unmarshal(b, &er)
+	if code != http.StatusUnprocessableEntity || !strings.Contains(er.Error, "refused by the fraud check: score 105") ||
+		!strings.Contains(er.Error, "ships outside the EU (US)") {
+		t.Fatalf("%d %s", code, b)
+	}
+	if code, b := e.do("POST", "/orders", orders.CreateOrder{UserID: uid, Items: []orders.OrderItem{{"CB-010", 1}}}); code != http.StatusCreated {
+		t.Fatalf("small order of the same user: %d %s", code, b)
+	}
+	code, b = e.do("GET", "/users/15/orders", nil)
+	if uo := decode[orders.UserOrders](t, b); code != 200 || len(uo.Orders) != 1 {
+		t.Fatalf("orders of user 15: %s", b)
+	}
+
+	cfg := e.cfg
+	cfg.FraudAddr = "127.0.0.1:1"
+	srv, err := orders.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, httptest.NewRequest("POST", "/orders", strings.NewReader(`{"user_id":1,"items":[{"sku":"KB-101","qty":1}]}`)))
+	if rec.Code != http.StatusBadGateway || !strings.Contains(rec.Body.String(), "fraud screen") {
+		t.Fatalf("fraud service down: %d %s", rec.Code, rec.Body)
+	}
 }
 
 func TestOrderErrors(t *testing.T) {
@@ -224,12 +293,16 @@ func TestDownstreamDown(t *testing.T) {
 
 func TestChangedVariant(t *testing.T) {
 	e := newEnv(t, orders.VariantChanged)
-	code, body := e.do("POST", "/orders", orders.CreateOrder{UserID: 3, Items: []orders.OrderItem{{SKU: "HD-330", Qty: 1}}})
+	code, body := e.do("POST", "/orders", orders.CreateOrder{UserID: 3, Items: []orders.OrderItem{{SKU: "HD-330", Qty: 1}}, Coupon: "WELCOME10"})
 	if code != http.StatusCreated {
 		t.Fatalf("%d %s", code, body)
 	}
-	if o := decode[orders.Order](t, body); o.Status != "pending" {
+	o := decode[orders.Order](t, body)
+	if o.Status != "pending" {
 		t.Errorf("status %q, want pending", o.Status)
+	}
+	if o.DiscountCents == 0 || len(e.totals) != 1 || e.totals[0] != o.SubtotalCents+o.ShippingCents {
+		t.Errorf("fraud checks of totals %v for an order of %+v; want the total before the discount", e.totals, o)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -286,6 +359,7 @@ func TestConfig(t *testing.T) {
 		{"empty", orders.Config{}, "MySQL DSN is empty"},
 		{"bad dsn", orders.Config{MySQLDSN: "nope", RedisAddr: "x:1", PricingURL: "http://x"}, `MySQL DSN "nope"`},
 		{"bad url", orders.Config{MySQLDSN: "u@tcp(127.0.0.1:1)/d", RedisAddr: "x:1", PricingURL: "ftp://x"}, `pricing URL "ftp://x"`},
+		{"bad fraud address", orders.Config{MySQLDSN: "u@tcp(127.0.0.1:1)/d", RedisAddr: "x:1", PricingURL: "http://x", FraudAddr: "fraud"}, `fraud service address "fraud"`},
 		{"bad variant", orders.Config{MySQLDSN: "u@tcp(127.0.0.1:1)/d", RedisAddr: "x:1", PricingURL: "http://x", Variant: "v2"}, `variant "v2"`},
 	}
 	for _, tc := range cases {

@@ -16,6 +16,10 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/retrace-dev/retrace/examples/fraud"
 )
 
 // Server is the order service: an http.Handler over its downstream clients.
@@ -24,7 +28,9 @@ type Server struct {
 	cfg     Config
 	db      *sql.DB
 	rdb     *redis.Client
-	pricing *http.Client // one keep-alive client shared by every request
+	pricing *http.Client     // one keep-alive client shared by every request
+	fraudCC *grpc.ClientConn // one connection shared by every request; nil without FraudAddr
+	fraud   *fraud.Client
 	mux     *http.ServeMux
 }
 
@@ -80,6 +86,15 @@ func NewServer(cfg Config) (*Server, error) {
 			},
 		},
 	}
+	if cfg.FraudAddr != "" {
+		// grpc.NewClient connects on the first call.
+		cc, err := grpc.NewClient(cfg.FraudAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("orders: fraud service %s: %w", cfg.FraudAddr, err)
+		}
+		s.fraudCC, s.fraud = cc, fraud.NewClient(cc)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /orders", s.createOrder)
 	mux.HandleFunc("GET /orders/{id}", s.getOrder)
@@ -107,7 +122,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // Close closes the downstream clients and their idle connections.
 func (s *Server) Close() error {
 	s.pricing.CloseIdleConnections()
-	return errors.Join(s.db.Close(), s.rdb.Close())
+	var ferr error
+	if s.fraudCC != nil {
+		ferr = s.fraudCC.Close()
+	}
+	return errors.Join(s.db.Close(), s.rdb.Close(), ferr)
 }
 
 // Setup creates the schema and seeds the data through the server's own

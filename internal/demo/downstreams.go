@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"google.golang.org/grpc"
 
+	"github.com/retrace-dev/retrace/examples/fraud"
 	"github.com/retrace-dev/retrace/examples/orders"
 	"github.com/retrace-dev/retrace/examples/pricing"
 	"github.com/retrace-dev/retrace/internal/certtest"
@@ -20,20 +22,22 @@ import (
 // DownstreamAddrs are the addresses the embedded downstreams listen on;
 // empty fields pick free loopback ports.
 type DownstreamAddrs struct {
-	MySQL, Redis, Pricing string
+	MySQL, Redis, Pricing, Fraud string
 	// CAFile is where the PEM certificate of the CA that signed the
 	// pricing service's certificate is written; empty: a temporary file.
 	CAFile string
 }
 
-// Downstreams are the orders example's three downstreams, embedded in this
-// process: MySQL (go-mysql-server), Redis (miniredis) and the pricing
-// service. Stop and Restart keep the data and the addresses, so the demo can
-// take them away during a replay and bring them back for the load test.
+// Downstreams are the orders example's four downstreams, embedded in this
+// process: MySQL (go-mysql-server), Redis (miniredis), the pricing service
+// (HTTPS) and the fraud-check service (gRPC). Stop and Restart keep the
+// data and the addresses, so the demo can take them away during a replay
+// and bring them back for the load test.
 type Downstreams struct {
 	MySQL   *MySQL
 	Redis   *miniredis.Miniredis
 	pricing *httpService
+	fraud   *grpcService
 	cfg     orders.Config // addresses fixed at start: they survive Stop
 	caDir   string        // holds the pricing service's CA certificate
 }
@@ -55,6 +59,9 @@ func StartDownstreams(ctx context.Context, a DownstreamAddrs) (_ *Downstreams, e
 	}
 	if a.Pricing == "" {
 		a.Pricing = "127.0.0.1:0"
+	}
+	if a.Fraud == "" {
+		a.Fraud = "127.0.0.1:0"
 	}
 	if d.MySQL, err = StartMySQL(a.MySQL, "orders"); err != nil {
 		return nil, err
@@ -85,12 +92,18 @@ func StartDownstreams(ctx context.Context, a DownstreamAddrs) (_ *Downstreams, e
 	} else if err := os.WriteFile(caFile, ca.PEM(), 0o644); err != nil {
 		return nil, fmt.Errorf("demo: pricing CA: %w", err)
 	}
+	// the fraud service first: whoever waits for the pricing service to
+	// answer finds the fraud service listening too
+	d.fraud = &grpcService{addr: a.Fraud}
+	if err := d.fraud.restart(); err != nil {
+		return nil, fmt.Errorf("demo: fraud service: %w", err)
+	}
 	d.pricing = &httpService{addr: a.Pricing, h: pricing.NewHandler(), tls: &tls.Config{Certificates: []tls.Certificate{cert}}}
 	if err := d.pricing.restart(); err != nil {
 		return nil, fmt.Errorf("demo: pricing service: %w", err)
 	}
 	d.cfg = orders.Config{MySQLDSN: d.MySQL.DSN(), RedisAddr: d.Redis.Addr(), PricingURL: "https://" + d.pricing.addr,
-		PricingCA: caFile}
+		PricingCA: caFile, FraudAddr: d.fraud.addr}
 	srv, err := orders.NewServer(d.cfg)
 	if err != nil {
 		return nil, err
@@ -108,6 +121,9 @@ func (d *Downstreams) OrdersConfig() orders.Config { return d.cfg }
 // PricingURL is the base URL of the pricing service.
 func (d *Downstreams) PricingURL() string { return d.cfg.PricingURL }
 
+// FraudAddr is the host:port of the fraud-check service.
+func (d *Downstreams) FraudAddr() string { return d.cfg.FraudAddr }
+
 // RedisAddr is the host:port of Redis (also while stopped).
 func (d *Downstreams) RedisAddr() string { return d.cfg.RedisAddr }
 
@@ -115,10 +131,10 @@ func (d *Downstreams) RedisAddr() string { return d.cfg.RedisAddr }
 func (d *Downstreams) Env() []string {
 	c := d.OrdersConfig()
 	return []string{orders.EnvMySQLDSN + "=" + c.MySQLDSN, orders.EnvRedisAddr + "=" + c.RedisAddr,
-		orders.EnvPricingURL + "=" + c.PricingURL, orders.EnvPricingCA + "=" + c.PricingCA}
+		orders.EnvPricingURL + "=" + c.PricingURL, orders.EnvPricingCA + "=" + c.PricingCA, orders.EnvFraudAddr + "=" + c.FraudAddr}
 }
 
-// Stop stops all three, keeping data and addresses.
+// Stop stops all four, keeping data and addresses.
 func (d *Downstreams) Stop() error {
 	var errs []error
 	if d.MySQL != nil {
@@ -130,6 +146,9 @@ func (d *Downstreams) Stop() error {
 	if d.pricing != nil {
 		errs = append(errs, d.pricing.stop())
 	}
+	if d.fraud != nil {
+		errs = append(errs, d.fraud.stop())
+	}
 	return errors.Join(errs...)
 }
 
@@ -140,6 +159,9 @@ func (d *Downstreams) Restart() error {
 	}
 	if err := d.Redis.Restart(); err != nil {
 		return fmt.Errorf("demo: embedded Redis on %s: %w", d.cfg.RedisAddr, err)
+	}
+	if err := d.fraud.restart(); err != nil {
+		return err
 	}
 	return d.pricing.restart()
 }
@@ -188,6 +210,40 @@ func (s *httpService) stop() error {
 	}
 	err := s.srv.Close()
 	<-s.done
+	s.srv = nil
+	return err
+}
+
+// grpcService is the fraud-check service's gRPC server, which can be
+// stopped and restarted on the same address.
+type grpcService struct {
+	addr string
+	srv  *grpc.Server
+	done chan error
+}
+
+func (s *grpcService) restart() error {
+	if s.srv != nil {
+		return fmt.Errorf("demo: %s is running", s.addr)
+	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return err
+	}
+	s.addr = ln.Addr().String()
+	s.srv = fraud.NewGRPCServer()
+	s.done = make(chan error, 1)
+	srv := s.srv
+	go func() { s.done <- srv.Serve(ln) }()
+	return nil
+}
+
+func (s *grpcService) stop() error {
+	if s.srv == nil {
+		return nil
+	}
+	s.srv.Stop()
+	err := <-s.done
 	s.srv = nil
 	return err
 }

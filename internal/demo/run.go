@@ -12,12 +12,16 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/retrace-dev/retrace/examples/fraud"
 	"github.com/retrace-dev/retrace/examples/orders"
 	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/recording"
 	"github.com/retrace-dev/retrace/replayer/diff"
 	"github.com/retrace-dev/retrace/replayer/regress"
 	"github.com/retrace-dev/retrace/replayer/report"
+	"github.com/retrace-dev/retrace/wire"
+	"github.com/retrace-dev/retrace/wire/http2"
+	"github.com/retrace-dev/retrace/wire/protobuf"
 )
 
 // Options configure Run. Zero values are noted per field.
@@ -87,11 +91,12 @@ func tally(s *report.Summary) string {
 
 // demo is one run's state.
 type demo struct {
-	opt Options
-	out io.Writer
-	res Result
-	dn  *Downstreams
-	log *os.File // the service processes' output
+	opt    Options
+	out    io.Writer
+	res    Result
+	dn     *Downstreams
+	log    *os.File         // the service processes' output
+	schema *protobuf.Schema // the fraud service's, for gRPC messages by name
 }
 
 // Run tells the whole story: record the orders example on embedded
@@ -121,11 +126,14 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("demo: work directory: %w", err)
 	}
 	d := &demo{opt: opt, out: opt.Out}
+	var err error
+	if d.schema, err = FraudSchema(); err != nil {
+		return nil, err
+	}
 	d.res.Recordings = filepath.Join(opt.Dir, "recordings")
 	d.res.ReplayReport = filepath.Join(opt.Dir, "replay-report")
 	d.res.ChangedReport = filepath.Join(opt.Dir, "replay-report-changed")
 	d.res.LoadDir = filepath.Join(opt.Dir, "load")
-	var err error
 	if d.log, err = os.Create(filepath.Join(opt.Dir, "service.log")); err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
@@ -159,6 +167,7 @@ func (d *demo) run(ctx context.Context) error {
 	d.say("MySQL  (in-memory go-mysql-server)  %s   schema and %d users loaded", d.dn.MySQL.Addr(), orders.SeedUsers)
 	d.say("Redis  (in-memory miniredis)        %s   stock, coupons, discounts", d.dn.RedisAddr())
 	d.say("HTTPS  (pricing service)            %s   certificate made at start by a private CA", d.dn.PricingURL())
+	d.say("gRPC   (fraud-check service)        %s   Screen (server stream), Check (unary), health", d.dn.FraudAddr())
 
 	if err := d.record(ctx); err != nil {
 		return err
@@ -168,7 +177,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.dn.Stop(); err != nil {
 		return err
 	}
-	d.say("MySQL, Redis and pricing are gone: from now on only the recordings can answer.")
+	d.say("MySQL, Redis, pricing and fraud are gone: from now on only the recordings can answer.")
 
 	mock, err := d.startMock(ctx)
 	if err != nil {
@@ -246,6 +255,9 @@ func (d *demo) record(ctx context.Context) error {
 	}
 	if example != nil {
 		d.say("e.g. session %s: %s with %s", example.ID, firstLine(example.Inbound.Request), callSummary(example))
+		for _, l := range grpcCalls(example) {
+			d.say("  %s", l)
+		}
 	}
 	if n != st.Requests {
 		return fmt.Errorf("demo: %d requests sent but %d sessions recorded", st.Requests, n)
@@ -285,7 +297,7 @@ func (d *demo) replayRun(ctx context.Context, svc *Service, mock *mockserver.Ser
 	}
 	defer store.Close()
 	cfg := regress.Config{Source: store, Target: svc.URL(), MockAdmin: mock.AdminURL(), Concurrency: d.opt.Clients, Rules: rules,
-		Timeout: 15 * time.Second}
+		Timeout: 15 * time.Second, Schema: d.schema}
 	rep, err := report.New(report.Options{Dir: dir, Target: svc.URL(), NoiseRules: d.res.Noise})
 	if err != nil {
 		return nil, err
@@ -312,7 +324,8 @@ func (d *demo) replay(ctx context.Context, mock *mockserver.Server) error {
 	if err != nil {
 		return err
 	}
-	noise, err := regress.DetectNoise(ctx, regress.Config{Source: store, Target: svc.URL(), MockAdmin: mock.AdminURL(), Concurrency: d.opt.Clients, Timeout: 15 * time.Second}, regress.NoiseConfig{})
+	noise, err := regress.DetectNoise(ctx, regress.Config{Source: store, Target: svc.URL(), MockAdmin: mock.AdminURL(), Concurrency: d.opt.Clients,
+		Timeout: 15 * time.Second, Schema: d.schema}, regress.NoiseConfig{})
 	store.Close()
 	if err != nil {
 		return fmt.Errorf("noise detection: %w", err)
@@ -345,7 +358,8 @@ func (d *demo) replay(ctx context.Context, mock *mockserver.Server) error {
 
 func (d *demo) replayChanged(ctx context.Context, mock *mockserver.Server) error {
 	d.step(7, "Replay against a changed build (ORDERS_VARIANT=changed)")
-	d.say("this build answers status \"pending\" instead of \"created\" and sends channel=web to pricing")
+	d.say("this build answers status \"pending\" instead of \"created\", sends channel=web to pricing")
+	d.say("and tells the fraud check (gRPC) a discounted order's total before the discount")
 	svc, err := d.startService(ctx, "replay", mockAddrEnv+"="+mock.Addr(), orders.EnvVariant+"="+orders.VariantChanged)
 	if err != nil {
 		return err
@@ -388,7 +402,7 @@ func countSessions(ctx context.Context, dir string) (n, background int, example 
 			return nil
 		}
 		n++
-		if example == nil && strings.HasPrefix(string(s.Inbound.Request), "POST /orders ") {
+		if example == nil && strings.HasPrefix(string(s.Inbound.Request), "POST /orders ") && strings.Contains(firstLine(s.Inbound.Response), " 201 ") {
 			example = s
 		}
 		return nil
@@ -421,6 +435,66 @@ func callSummary(s *recording.Session) string {
 		out += fmt.Sprintf(" (+%d connection set-up)", setup)
 	}
 	return out
+}
+
+// FraudSchema is the fraud-check service's protobuf schema, by which the
+// demo shows and compares its messages by field name (as `retrace replay
+// --proto-descriptors` does with a descriptor set file).
+func FraudSchema() (*protobuf.Schema, error) {
+	b, err := fraud.FileDescriptorSet()
+	if err != nil {
+		return nil, fmt.Errorf("demo: fraud schema: %w", err)
+	}
+	return protobuf.ParseSchema(b)
+}
+
+// grpcCalls shows the gRPC calls of a session decoded, their messages by
+// field name from the fraud service's descriptor set.
+func grpcCalls(s *recording.Session) []string {
+	schema, _ := FraudSchema() // without it, by field number
+	var out []string
+	for _, c := range s.Calls {
+		if c.Proto != http2.GRPCName || c.Setup {
+			continue
+		}
+		req, _, rerr := http2.ParseMessage(c.Request)
+		resp, _, perr := http2.ParseMessage(c.Response)
+		if rerr != nil || perr != nil {
+			out = append(out, fmt.Sprintf("gRPC call not decoded: %v", errors.Join(rerr, perr)))
+			continue
+		}
+		path, _ := http2.Get(req.Header, ":path")
+		in := http2.DecodeMessage(false, req, schema, path)
+		back := http2.DecodeMessage(true, resp, schema, path)
+		out = append(out, fmt.Sprintf("gRPC %s %s → %s %s", path, messages(in), back.Text, messages(back)))
+	}
+	return out
+}
+
+// messages lists the message fields of a decoded half, "{a=1 b=2} {…}".
+func messages(d wire.Decoded) string {
+	var b strings.Builder
+	cur := ""
+	for _, f := range d.Fields {
+		m, field, ok := strings.Cut(f.Path, "].")
+		if !ok || !strings.HasPrefix(m, "message[") {
+			continue
+		}
+		if m != cur {
+			if cur != "" {
+				b.WriteString("} ")
+			}
+			b.WriteString("{")
+			cur = m
+		} else {
+			b.WriteString(" ")
+		}
+		b.WriteString(field + "=" + f.Value)
+	}
+	if cur != "" {
+		b.WriteString("}")
+	}
+	return b.String()
 }
 
 func sortedKeys[K interface{ ~int | ~string }, V any](m map[K]V) []K {

@@ -30,10 +30,13 @@ type Service struct {
 
 // ServiceSpec says how to start the service process.
 type ServiceSpec struct {
-	// Path and Args run the service; it must print orders.ListeningPrefix
-	// and its address on stderr once it listens.
+	// Path and Args run the service; it must print ListeningPrefix and
+	// its address on stderr once it listens.
 	Path string
 	Args []string
+	// ListeningPrefix starts the line that says the service listens; empty
+	// means orders.ListeningPrefix.
+	ListeningPrefix string
 	// Env is added to this process's environment (later entries win).
 	Env []string
 	// Log receives the child's stderr and stdout; nil discards them.
@@ -49,6 +52,9 @@ func StartService(ctx context.Context, spec ServiceSpec) (*Service, error) {
 	}
 	if spec.Log == nil {
 		spec.Log = io.Discard
+	}
+	if spec.ListeningPrefix == "" {
+		spec.ListeningPrefix = orders.ListeningPrefix
 	}
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Env = append(os.Environ(), spec.Env...)
@@ -70,7 +76,7 @@ func StartService(ctx context.Context, spec ServiceSpec) (*Service, error) {
 			line := sc.Text()
 			fmt.Fprintln(spec.Log, line)
 			tail.add(line)
-			if a, ok := strings.CutPrefix(line, orders.ListeningPrefix); ok && !found {
+			if a, ok := strings.CutPrefix(line, spec.ListeningPrefix); ok && !found {
 				found = true
 				addrc <- strings.TrimSpace(a)
 			}

@@ -19,7 +19,11 @@ const (
 	ChromiumEnv = "RETRACE_TEST_CHROMIUM" // path of a headless-capable Chromium
 	// PostgresEnv is the URL of a scratch PostgreSQL database whose user
 	// authenticates with SCRAM-SHA-256 (postgres://user:pass@host:port/db).
-	PostgresEnv    = "RETRACE_TEST_POSTGRES"
+	PostgresEnv = "RETRACE_TEST_POSTGRES"
+	// PostgresTLSEnv is the URL (no query) of the same database for a
+	// user that must connect over TLS (hostssl only): add sslmode=require
+	// or verify-full with sslrootcert set to the CA file.
+	PostgresTLSEnv = "RETRACE_TEST_POSTGRES_TLS"
 	RedisTLSEnv    = "RETRACE_TEST_REDIS_TLS"    // host:port of a redis-server that speaks only TLS
 	MySQLTLSEnv    = "RETRACE_TEST_MYSQL_TLS"    // DSN of a MariaDB that requires TLS (add the tls= parameter)
 	CAEnv          = "RETRACE_TEST_CA"           // PEM file of the CA that signed the TLS servers' certificates
@@ -53,6 +57,13 @@ func MySQLDSN(t testing.TB) string { return need(t, MySQLEnv, "mariadb") }
 // PostgresURL returns the URL of the test PostgreSQL database (SCRAM
 // authentication, sslmode=disable).
 func PostgresURL(t testing.TB) string { return need(t, PostgresEnv, "postgresql") }
+
+// PostgresTLSURL returns the URL (no query) of the test PostgreSQL database
+// for a user that must connect over TLS, and the PEM file of the CA that
+// signed the server's certificate.
+func PostgresTLSURL(t testing.TB) (url, caFile string) {
+	return need(t, PostgresTLSEnv, "postgresql with a TLS-only user"), need(t, CAEnv, "the test CA")
+}
 
 // RedisTLSAddr returns the host:port of the TLS-only test redis-server and
 // the PEM file of the CA that signed its certificate.

@@ -26,8 +26,11 @@ import (
 	"github.com/retrace-dev/retrace/internal/grpctest"
 	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/mockserver/mocktest"
+	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/recording/capture"
 	"github.com/retrace-dev/retrace/trace"
 	"github.com/retrace-dev/retrace/wire/http2"
+	"github.com/retrace-dev/retrace/wire/wiretest"
 )
 
 // grpcCalls is one trace's calls to a gRPC downstream: unary, a status,
@@ -263,4 +266,152 @@ func TestH2CThroughAgent(t *testing.T) {
 			t.Errorf("request the recording lacks: %q %v", s, err)
 		}
 	}()
+}
+
+// grpcService is a service under test: each /work?i=N request makes one
+// trace's gRPC calls of every kind (grpcCalls) to its downstream over a
+// ClientConn shared by every request, and answers with what came back.
+func grpcService(cc *grpc.ClientConn) *http.Server {
+	return &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s, err := grpcCalls(r.Context(), cc, "w"+r.URL.Query().Get("i"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		fmt.Fprint(w, s)
+	})}
+}
+
+// TestGRPCRecordedByAgentReplayedByMock: the whole path. A service whose
+// requests each make gRPC calls of every kind over one shared ClientConn
+// is recorded by the agent in record mode (each stream one call of its
+// request's session, capture's own HTTP/2 reassembly), 64 requests at
+// once; then, the downstream stopped, replayed through the agent in
+// replay mode against the mock server loaded from that recording: every
+// answer is the recorded one, no missing mock, every stream matched in
+// its own request's recording.
+func TestGRPCRecordedByAgentReplayedByMock(t *testing.T) {
+	const n = 64
+	ctx := context.Background()
+	dl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := dl.Addr().String()
+	gs := grpc.NewServer()
+	testpb.RegisterTestServiceServer(gs, &grpctest.Service{})
+	healthpb.RegisterHealthServer(gs, healthServing{})
+	gdone := make(chan struct{})
+	go func() { defer close(gdone); _ = gs.Serve(dl) }()
+	defer func() { gs.Stop(); <-gdone }()
+
+	dir := t.TempDir()
+	store, err := recording.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sampler, err := recording.NewSampler(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: sampler})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorder, err := capture.New(capture.Config{Pipeline: pipe, App: "e2e-grpc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tids := make([]string, n)
+	for i := range tids {
+		tids[i] = trace.NewID()
+	}
+	serve := func(cfg hook.Config, hdr func(i int) string) []string {
+		sutLn, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Mode == hook.Replay {
+			cfg.Passthrough = append(cfg.Passthrough, sutLn.Addr().String()) // the test's own requests
+		}
+		undo, err := hook.Install(cfg)
+		if err != nil {
+			t.Fatalf("installing the agent: %v", err)
+		}
+		defer undo()
+		cc, err := grpc.NewClient(dst, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		sut := grpcService(cc)
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = sut.Serve(sutLn) })
+		defer func() { sut.Close(); wg.Wait() }()
+		return wiretest.Drive(t, sutLn.Addr().String(), n, hdr)
+	}
+	want := serve(hook.Config{Mode: hook.Record, Recorder: recorder}, func(i int) string {
+		return fmt.Sprintf("traceparent: 00-%s-%016x-01", tids[i], i+1)
+	})
+	if err := recorder.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range want {
+		if !strings.HasSuffix(w, fmt.Sprintf(" [w%d]", i)) {
+			t.Fatalf("recording request %d: %s", i, w)
+		}
+	}
+	gs.Stop()
+
+	srv := mocktest.NewServer(t, mockserver.Config{})
+	rd, err := recording.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessionOf := map[string]string{}
+	streams := map[string]int{}
+	if _, err := srv.Load(ctx, func(ctx context.Context, fn func(*recording.Session) error) error {
+		return rd.Scan(ctx, func(s *recording.Session) error {
+			if s.Trace != "" {
+				sessionOf[s.Trace] = s.ID
+				for _, c := range s.Calls {
+					if c.Proto == "grpc" && c.Dst == dst {
+						streams[s.ID]++
+					}
+				}
+			}
+			return fn(s)
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rd.Close()
+	got := serve(hook.Config{Mode: hook.Replay, MockAddr: srv.Addr(), NoClock: true,
+		Passthrough: []string{strings.TrimPrefix(srv.AdminURL(), "http://")}}, func(i int) string {
+		return "Retrace-Trace-Id: " + sessionOf[tids[i]]
+	})
+	for i := range n {
+		if got[i] != want[i] {
+			t.Errorf("request %d: replayed %q, recorded %q", i, got[i], want[i])
+		}
+	}
+	var missing []mockserver.MissingMock
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/missing", nil))
+	if err := json.Unmarshal(rec.Body.Bytes(), &missing); err != nil || len(missing) != 0 {
+		t.Errorf("missing mocks: %+v %v", missing, err)
+	}
+	for i := range n {
+		id := sessionOf[tids[i]]
+		r := traceReport(t, srv, id)
+		matched := 0
+		for _, oc := range r.Calls {
+			if oc.Proto == "grpc" && oc.Matched >= 0 {
+				matched++
+			}
+		}
+		if streams[id] != 7 || matched != 7 || len(r.Unused) != 0 {
+			t.Errorf("request %d: %d gRPC calls recorded, %d matched, %d unused", i, streams[id], matched, len(r.Unused))
+		}
+	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/lib/pq"
@@ -44,6 +45,10 @@ type pgClient struct {
 	// values, in the other order on replay; the mock server matches them
 	// with the sql strategy, by their parameters
 	reorder bool
+	// cancel: the work makes a query that its context's deadline cancels
+	// (pg_sleep), then another on the same pool
+	cancel bool
+	traces int // concurrent traces, when not the default
 }
 
 // pgConn is what a request's work needs of a client.
@@ -69,12 +74,35 @@ var pgClients = []pgClient{
 	{name: "pgx_sql_strategy", open: pgxOpen(pgx.QueryExecModeCacheStatement), reorder: true},
 }
 
+// pgCancelClients are the clients whose cancelled queries send a
+// CancelRequest on a connection of its own: pgx with its
+// CancelRequestContextWatcherHandler (pgx's default only sets the
+// connection's deadline), lib/pq (its default).
+var pgCancelClients = []pgClient{
+	{name: "pgx_cancel_request", open: pgxOpenWith(pgx.QueryExecModeCacheStatement, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 5 * time.Second}
+		}
+	}), cancel: true, traces: pgCancelTraces},
+	{name: "lib_pq_cancel", open: sqlOpen("postgres"), cancel: true, traces: pgCancelTraces},
+}
+
+// pgCancelTraces is how many requests a cancel test sends at once: each
+// holds a connection of the pool until its deadline.
+const pgCancelTraces = 48
+
 // pgPoolSize is small against 128 concurrent traces: every connection
 // serves many traces, and statements one trace prepared are reused by
 // others.
 const pgPoolSize = 6
 
 func pgxOpen(mode pgx.QueryExecMode) func(t *testing.T, url string) pgConn {
+	return pgxOpenWith(mode, nil)
+}
+
+// pgxOpenWith opens a pool in query mode mode, its configuration changed
+// by edit when not nil.
+func pgxOpenWith(mode pgx.QueryExecMode, edit func(*pgxpool.Config)) func(t *testing.T, url string) pgConn {
 	return func(t *testing.T, url string) pgConn {
 		cfg, err := pgxpool.ParseConfig(url)
 		if err != nil {
@@ -82,6 +110,9 @@ func pgxOpen(mode pgx.QueryExecMode) func(t *testing.T, url string) pgConn {
 		}
 		cfg.MaxConns = pgPoolSize
 		cfg.ConnConfig.DefaultQueryExecMode = mode
+		if edit != nil {
+			edit(cfg)
+		}
 		c := pgxConn{notices: &sync.Map{}}
 		cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { c.notices.Store(n.Message, true) }
 		p, err := pgxpool.NewWithConfig(context.Background(), cfg)
@@ -331,6 +362,71 @@ func pgFeatures(ctx context.Context, c pgxConn, table string, id int, name strin
 	return strings.Join(out, "|"), nil
 }
 
+// pgCancelWait is how long a cancelled query runs before its context's
+// deadline cancels it.
+const pgCancelWait = 150 * time.Millisecond
+
+// pgCancelled makes a query that runs until its context's deadline
+// cancels it, and says what the client saw: the error's SQLSTATE and
+// whether the deadline had passed when the error came back (a server, or
+// a mock, that answered before the client cancelled shows false). Then
+// the pool serves another query.
+func pgCancelled(ctx context.Context, c pgConn, i int) (string, error) {
+	// the deadline starts once the pool gave a connection
+	var run func(ctx context.Context) error
+	var release func()
+	const q = "SELECT pg_sleep(5)::text || $1::int::text"
+	switch c := c.(type) {
+	case pgxConn:
+		conn, err := c.p.Acquire(ctx)
+		if err != nil {
+			return "", err
+		}
+		release = conn.Release
+		run = func(ctx context.Context) error {
+			rows, err := conn.Query(ctx, q, i)
+			if err != nil {
+				return err
+			}
+			_, err = collectText(rows)
+			return err
+		}
+	case sqlConn:
+		conn, err := c.db.Conn(ctx)
+		if err != nil {
+			return "", err
+		}
+		release = func() { conn.Close() }
+		run = func(ctx context.Context) error {
+			rows, err := conn.QueryContext(ctx, q, i)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+			}
+			rows.Close()
+			return rows.Err()
+		}
+	}
+	qctx, cancel := context.WithTimeout(ctx, pgCancelWait)
+	err := run(qctx)
+	late := qctx.Err() != nil
+	cancel()
+	release() // pgx: back to the pool; lib/pq: closed, the cancel broke it
+	if err == nil {
+		return "", fmt.Errorf("query %d was not cancelled", i)
+	}
+	code := pgErrCode(err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		code = "deadline exceeded"
+	}
+	row, err := c.row(ctx, "SELECT $1::int + 1", i)
+	if err != nil {
+		return "", fmt.Errorf("query after the cancelled one: %w", err)
+	}
+	return fmt.Sprintf("%d|%s|after deadline %v|%s", i, code, late, strings.Join(row, ",")), nil
+}
+
 // pgReordered makes two queries of one statement, the second first when
 // replaying.
 func pgReordered(ctx context.Context, c pgConn, i int, replay bool) (string, error) {
@@ -457,6 +553,8 @@ func pgService(t *testing.T, cl pgClient, url, table, nonce string, replay bool)
 		var err error
 		if cl.reorder {
 			s, err = pgReordered(r.Context(), c, i, replay)
+		} else if cl.cancel {
+			s, err = pgCancelled(r.Context(), c, i)
 		} else {
 			s, err = pgWork(r.Context(), c, cl.batch, cl.features, table, i, nonce)
 		}
@@ -481,8 +579,14 @@ func TestPostgresRecordAndReplay(t *testing.T) {
 	}
 }
 
-func pgRecordAndReplay(t *testing.T, cl pgClient, realURL string) {
+// pgRecordAndReplay records and replays cl's work against the database
+// of realURL and returns the recording's directory.
+func pgRecordAndReplay(t *testing.T, cl pgClient, realURL string) string {
 	ctx := context.Background()
+	traces := traces
+	if cl.traces > 0 {
+		traces = cl.traces
+	}
 	table := pgScratch(t, realURL)
 	nonce := trace.NewID()[:8]
 	u, err := urlWithHost(realURL)
@@ -538,6 +642,16 @@ func pgRecordAndReplay(t *testing.T, cl pgClient, realURL string) {
 	for i, w := range want {
 		if cl.reorder {
 			if w != fmt.Sprintf("%d|%d", 10*i, 10*i+7) {
+				t.Fatalf("recording request %d: %s", i, w)
+			}
+			continue
+		}
+		if cl.cancel {
+			// the server cancelled the query (query_canceled) once the
+			// client asked, after the deadline; or the client gave up
+			// first (lib/pq when it read the rows after the deadline, pgx
+			// when the cancel reached the server before the query)
+			if w != fmt.Sprintf("%d|57014|after deadline true|%d", i, i+1) && w != fmt.Sprintf("%d|deadline exceeded|after deadline true|%d", i, i+1) {
 				t.Fatalf("recording request %d: %s", i, w)
 			}
 			continue
@@ -658,10 +772,11 @@ func pgRecordAndReplay(t *testing.T, cl pgClient, realURL string) {
 		// a batch is one unit (its binds and executes up to one Sync), and
 		// its prepares when this trace's connection had not made them; the
 		// other work makes BEGIN, INSERT, UPDATE, COMMIT, SELECT, INSERT
-		if want := 6; cl.batch && matched < 1 || cl.reorder && matched < 2 || !cl.batch && !cl.reorder && matched < want {
+		if want := 6; cl.batch && matched < 1 || (cl.reorder || cl.cancel) && matched < 2 || !cl.batch && !cl.reorder && !cl.cancel && matched < want {
 			t.Errorf("trace %d: %d PostgreSQL calls matched from its recording", i, matched)
 		}
 	}
+	return dir
 }
 
 // pgURL is a PostgreSQL URL whose host can be replaced.
@@ -715,5 +830,94 @@ func TestPostgresBootsWithoutRecordings(t *testing.T) {
 				t.Errorf("the error does not say who answered: %v", err)
 			}
 		})
+	}
+}
+
+// TestPostgresTLSRecordAndReplay records a service whose PostgreSQL user
+// must connect over TLS (sslmode=require, and verify-full against the
+// test CA), for pgx, lib/pq and pgx's stdlib, 128 concurrent traces: the
+// recording holds the queries in plaintext marked "tls", the SSLRequest
+// answered 'S'; replayed with PostgreSQL stopped, the mock answers the
+// SSLRequest 'S' as the recording did, the agent completes each
+// client's TLS handshake without TLS (no certificate at the mock, none
+// verified) and every request gets exactly its own answers.
+func TestPostgresTLSRecordAndReplay(t *testing.T) {
+	base, ca := testenv.PostgresTLSURL(t)
+	modes := []struct{ name, query string }{
+		{"require", "?sslmode=require"},
+		{"verify_full", "?sslmode=verify-full&sslrootcert=" + ca},
+	}
+	for _, m := range modes {
+		for _, cl := range []pgClient{pgClients[0], pgClients[4], pgClients[5], pgClients[6], pgClients[7]} {
+			t.Run(m.name+"/"+cl.name, func(t *testing.T) {
+				dir := pgRecordAndReplay(t, cl, base+m.query)
+				pgCheckTLSRecording(t, dir)
+			})
+		}
+	}
+}
+
+// pgCheckTLSRecording checks that every PostgreSQL connection of the
+// recording in dir started with an SSLRequest answered 'S' and that the
+// calls after it are marked TLS, in plaintext.
+func pgCheckTLSRecording(t *testing.T, dir string) {
+	t.Helper()
+	ctx := context.Background()
+	rd, err := recording.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	ssl, plain, tlsCalls, queries := 0, 0, 0, 0
+	err = rd.Scan(ctx, func(s *recording.Session) error {
+		for _, c := range s.Calls {
+			if c.Proto != "postgres" {
+				continue
+			}
+			m, n, err := postgres.Next(c.Request, true, true, 0)
+			switch {
+			case err == nil && n > 0 && m.Type == 0 && m.Code == postgres.SSLRequestCode:
+				if string(c.Response) != "S" {
+					t.Errorf("session %s call %d: SSLRequest answered %q, want S", s.ID, c.Seq, c.Response)
+				}
+				if c.TLS.On {
+					t.Errorf("session %s call %d: the SSLRequest, sent before TLS, is marked tls", s.ID, c.Seq)
+				}
+				ssl++
+			case c.TLS.On:
+				tlsCalls++
+				if !c.Setup {
+					queries++
+				}
+			default:
+				plain++
+				t.Errorf("session %s call %d: not marked tls: %s", s.ID, c.Seq, summarizeCall(c.Request))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ssl == 0 || queries < traces || plain > 0 {
+		t.Fatalf("recording: %d SSLRequests, %d calls over TLS (%d queries), %d plaintext calls", ssl, tlsCalls, queries, plain)
+	}
+	t.Logf("recording: %d SSLRequests, %d calls over TLS (%d queries)", ssl, tlsCalls, queries)
+}
+
+// TestPostgresCancelRequest records requests whose query is cancelled by
+// its context's deadline while PostgreSQL runs it (pg_sleep): the client
+// sends a CancelRequest on a connection of its own, the server answers
+// the query with query_canceled. Replayed with PostgreSQL stopped, the
+// mock server holds that recorded answer until the client's
+// CancelRequest for the connection's backend key arrives, as the server
+// did: every request sees the same error after the same deadline, and
+// its next query on the pool succeeds. pgx and lib/pq, plain and over TLS.
+func TestPostgresCancelRequest(t *testing.T) {
+	realURL := testenv.PostgresURL(t)
+	tlsURL, _ := testenv.PostgresTLSURL(t)
+	for _, cl := range pgCancelClients {
+		t.Run(cl.name, func(t *testing.T) { pgRecordAndReplay(t, cl, realURL) })
+		t.Run(cl.name+"_tls", func(t *testing.T) { pgRecordAndReplay(t, cl, tlsURL+"?sslmode=require") })
 	}
 }

@@ -40,6 +40,8 @@ func runChild() int {
 		return runFanOut()
 	case "pgfanout":
 		return runPGFanOut()
+	case "grpcload":
+		return runGRPCLoad()
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(testenv.RedisEnv)})
 	return serveChild(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

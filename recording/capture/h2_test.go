@@ -210,3 +210,50 @@ func TestH2CutsAndTruncates(t *testing.T) {
 	assert.Contains(t, s.Calls[2].Note, "GOAWAY from the server with last stream 3")
 	assert.Contains(t, s.Calls[1].Note, "the connection closed")
 }
+
+// FuzzH2Capture feeds a connection that starts with the preface any
+// bytes, both ways, in any split: the Recorder never panics, and every
+// call it files holds halves in the recorded form and no retrace-* field.
+func FuzzH2Capture(f *testing.F) {
+	cl, sv := newH2Peer(true), newH2Peer(false)
+	cl.headers(1, false, grpcReq("/a", "t1")...)
+	_ = cl.fr.WriteData(1, true, []byte("req"))
+	sv.headers(1, false, ":status", "200")
+	_ = sv.fr.WriteData(1, true, []byte("resp"))
+	f.Add(cl.take()[len(http2.ClientPreface):], sv.take(), 5)
+	f.Add([]byte{0, 0, 0, 9, 0, 0, 0, 0, 1}, []byte{0, 0, 8, 7, 0, 0, 0, 0, 0}, 3)
+	f.Fuzz(func(t *testing.T, client, server []byte, cut int) {
+		r, out := newTestRecorder(t, 1, 512)
+		c := &hook.ConnInfo{ID: 21, Local: "127.0.0.1:5021", Remote: "127.0.0.1:50051"}
+		cut = min(max(cut, 0), len(client), len(server))
+		request(t, r, inConn, trace.RequestHead{}, func(tid string) {
+			r.OutboundWrite(c, "", []byte(http2.ClientPreface))
+			r.OutboundWrite(c, "", client[:cut])
+			r.OutboundRead(c, server[:cut])
+			r.OutboundWrite(c, "", client[cut:])
+			r.OutboundRead(c, server[cut:])
+		})
+		r.Closed(c)
+		require.NoError(t, r.Flush(t.Context()))
+		out.mu.Lock()
+		defer out.mu.Unlock()
+		for _, s := range out.ss {
+			for _, call := range s.Calls {
+				if call.RequestTruncated || call.ResponseTruncated {
+					continue
+				}
+				for _, half := range [][]byte{call.Request, call.Response} {
+					if _, _, err := http2.ParseMessage(half); err != nil {
+						t.Fatalf("%v: %q", err, half)
+					}
+				}
+				m, _, _ := http2.ParseMessage(call.Request)
+				for _, f := range append(m.Header, m.Trailer...) {
+					if strings.HasPrefix(f.Name, "retrace-") {
+						t.Fatalf("a retrace-* field recorded: %q", call.Request)
+					}
+				}
+			}
+		}
+	})
+}

@@ -290,20 +290,20 @@ func (r *Recorder) finishStream(a *active, x *http2.Exchange) {
 	}
 }
 
-// recordedHalf is a stream's half in the recorded form, its data cut so
-// that the whole stays within max bytes (max < 0: no cap) where the
-// headers leave room: the pipeline's cap would otherwise cut the form
-// itself, which would no longer parse. truncated: data was cut (here, or
+// recordedHalf is a stream's half in the recorded form within max bytes
+// (http2.AppendCapped: the pipeline's cap would otherwise cut the form
+// itself, which would no longer parse). truncated: data was cut (here, or
 // not kept by the Conn).
 func recordedHalf(m http2.Message, pace []http2.Mark, max int) (b []byte, truncated bool) {
-	b = http2.AppendMessage(nil, m, pace)
-	truncated = m.Dropped > 0
-	if over := len(b) - max; max >= 0 && over > 0 && len(m.Data) > 0 {
-		m.Data = m.Data[:len(m.Data)-min(over, len(m.Data))]
-		b = http2.AppendMessage(b[:0], m, pace)
-		truncated = true
+	size := 32 + len(m.Data) + 16*len(pace)
+	for _, block := range append(append(m.Interim, m.Header), m.Trailer) {
+		for _, f := range block {
+			size += len(f.Name) + len(f.Value) + 4
+		}
+		size += 2
 	}
-	return b, truncated
+	b, cut := http2.AppendCapped(make([]byte, 0, size), m, pace, max)
+	return b, cut || m.Dropped > 0 || m.Truncated
 }
 
 // streamNote says how a stream ended when not with both halves whole.

@@ -1,3 +1,4 @@
+//lint:file-ignore SA1019 x/net/http2/h2c is what services serving h2c by Upgrade (and older h2c services) use: the agent hooks its server, the test serves through it
 package capture_test
 
 import (
@@ -80,6 +81,7 @@ var tagPattern = regexp.MustCompile(`tg[0-9a-f]{16}`)
 // and exactly its handler's downstream call.
 func TestRecordGRPCService(t *testing.T) {
 	rec, store := installRecorder(t, "grpc", *sampler(t, 1))
+	unrecorded := hook.ReadStats().H2Unrecorded
 	down, _ := startChild(t, "echo")
 	hc := newClient(64)
 	defer hc.CloseIdleConnections()
@@ -149,8 +151,7 @@ func TestRecordGRPCService(t *testing.T) {
 			"/grpc.health.v1.Health/Check", "/grpc.testing.TestService/StreamingInputCall",
 		}, ms, "the calls of %s", tag)
 	}
-	st := hook.ReadStats()
-	assert.Zero(t, st.H2Unrecorded)
+	assert.Equal(t, unrecorded, hook.ReadStats().H2Unrecorded, "every HTTP/2 connection recorded")
 }
 
 // checkGRPCSession checks that a recorded gRPC session is one whole call
@@ -271,6 +272,9 @@ func TestRecordNetHTTPH2(t *testing.T) {
 	}
 }
 
+// w3cTrace is the W3C trace-id a request tagged tag carries.
+func w3cTrace(tag string) string { return "0000000000000000" + tag[2:] }
+
 // runH2Clients makes 64 concurrent POSTs, each with a tag of its own, and
 // returns the tags.
 func runH2Clients(t *testing.T, c *http.Client, base string) map[string]bool {
@@ -285,7 +289,14 @@ func runH2Clients(t *testing.T, c *http.Client, base string) map[string]bool {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := c.Post(base+"/work?id="+tag, "text/plain", strings.NewReader("body-"+tag))
+			req, err := http.NewRequest("POST", base+"/work?id="+tag, strings.NewReader("body-"+tag))
+			if err != nil {
+				errs <- err
+				return
+			}
+			req.Header.Set("Content-Type", "text/plain")
+			req.Header.Set("traceparent", "00-"+w3cTrace(tag)+"-00f067aa0ba902b7-01")
+			resp, err := c.Do(req)
 			if err != nil {
 				errs <- err
 				return
@@ -328,6 +339,7 @@ func checkH2Sessions(t *testing.T, store recording.Store, addr string, tls bool)
 		seen[tag] = true
 		if m, _ := http2.Get(req.Header, ":method"); m == "POST" {
 			require.Equal(t, "body-"+tag, string(req.Data), "session %s", s.ID)
+			require.Equal(t, w3cTrace(tag), s.Trace, "session %s: the W3C trace-id of its traceparent", s.ID)
 		}
 		status, _ := http2.Get(resp.Header, ":status")
 		require.Equal(t, "200", status, "session %s", s.ID)
@@ -553,4 +565,93 @@ func TestRecordGRPCSampledCapped(t *testing.T) {
 	require.Greater(t, n, clients*5/4, "about half the calls")
 	require.Less(t, n, clients*5*3/4, "about half the calls")
 	require.Positive(t, truncated)
+}
+
+// TestRecordGRPCCancelled: bidirectional calls the client cancels after
+// their first answer, 32 at once on one connection beside calls that end
+// normally: each cancelled call is a session with what was exchanged, its
+// downstream call, and a note that the client reset the stream; the others
+// are whole.
+func TestRecordGRPCCancelled(t *testing.T) {
+	rec, store := installRecorder(t, "grpc", *sampler(t, 1))
+	down, _ := startChild(t, "echo")
+	hc := newClient(64)
+	defer hc.CloseIdleConnections()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	svc := &grpctest.Service{OnCall: func(md metadata.MD) {
+		if v := md.Get("x-trace"); len(v) > 0 {
+			_ = echoGet(hc, down, v[0])
+		}
+	}}
+	grpctest.ServeService(t, ln, svc)
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer cc.Close()
+	const n = 32
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for range n {
+		tag := "tg" + newReqID()[2:]
+		wg.Add(2)
+		go func() { // cancelled after its first answer
+			defer wg.Done()
+			ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "x-trace", tag))
+			defer cancel()
+			bd, err := testpb.NewTestServiceClient(cc).FullDuplexCall(ctx)
+			if err == nil {
+				err = bd.Send(&testpb.StreamingOutputCallRequest{Payload: grpctest.Payload([]byte(tag), len(tag)), ResponseParameters: []*testpb.ResponseParameters{{Size: 40}}})
+			}
+			if err == nil {
+				_, err = bd.Recv()
+			}
+			if err != nil {
+				errs <- err
+			}
+			cancel()
+		}()
+		go func() {
+			defer wg.Done()
+			if _, err := testpb.NewTestServiceClient(cc).UnaryCall(metadata.AppendToOutgoingContext(context.Background(), "x-trace", tag),
+				&testpb.SimpleRequest{ResponseSize: 10, Payload: grpctest.Payload([]byte(tag), len(tag))}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	require.Eventually(t, func() bool { return rec.Stats().Active == 0 }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, rec.Flush(context.Background()))
+	reset, whole := 0, 0
+	require.NoError(t, store.Scan(context.Background(), func(s *recording.Session) error {
+		if s.Inbound.Local != ln.Addr().String() {
+			return nil
+		}
+		req, _, err := http2.ParseMessage(s.Inbound.Request)
+		require.NoError(t, err)
+		resp, _, err := http2.ParseMessage(s.Inbound.Response)
+		require.NoError(t, err)
+		tag, _ := http2.Get(req.Header, "x-trace")
+		require.Len(t, s.Calls, 1, "session %s: its downstream call", s.ID)
+		require.Contains(t, string(s.Calls[0].Request), "id="+tag+" ")
+		path, _ := http2.Get(req.Header, ":path")
+		if strings.HasSuffix(path, "/FullDuplexCall") {
+			require.Contains(t, s.Inbound.TLS.Note, "reset by the client with CANCEL", "session %s", s.ID)
+			msgs, _, err := wgrpc.Split(resp.Data, 0)
+			require.NoError(t, err)
+			require.Len(t, msgs, 1, "session %s: the answer the client had", s.ID)
+			reset++
+		} else {
+			require.Empty(t, s.Inbound.TLS.Note)
+			code, _ := http2.Get(resp.Trailer, "grpc-status")
+			require.Equal(t, "0", code)
+			whole++
+		}
+		return nil
+	}))
+	require.Equal(t, n, reset)
+	require.Equal(t, n, whole)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"sort"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/retrace-dev/retrace/wire"
 )
@@ -28,6 +29,8 @@ func (r *Rules) CompareDecoded(api, scope, dst string, want, got wire.Decoded) [
 
 // decoded compares the top level of two decoded trees.
 func (c *collector) decoded(want, got map[string]any) {
+	w, g := burst(want, got), burst(got, want)
+	want, got = w, g
 	for _, k := range unionKeys(want, got) {
 		w, wok := want[k]
 		g, gok := got[k]
@@ -36,10 +39,8 @@ func (c *collector) decoded(want, got map[string]any) {
 		case c.v.ignored(c.path):
 		case k == "header" || k == "trailer":
 			c.headerTree(w, g)
-		case !gok:
-			c.add(Removed, render(w), "", "")
-		case !wok:
-			c.add(Added, "", render(g), "")
+		case !gok || !wok:
+			c.missing(w, g, wok)
 		case k == "body":
 			ws, wIsText := w.(string)
 			gs, gIsText := g.(string)
@@ -48,11 +49,151 @@ func (c *collector) decoded(want, got map[string]any) {
 				c.bodyText(ws, gs)
 				continue
 			}
-			c.value(w, g)
+			c.fields(w, g)
 		default:
-			c.value(w, g)
+			c.fields(w, g)
 		}
 		c.pop()
+	}
+}
+
+// burst makes a single message comparable with a burst of several: a
+// decoded form writes a burst under one list key ("cmd[1].args[0]",
+// "packet[1].sql") and a single message without it ("args[0]", "sql"), so
+// when other is such a list and m is not, m is that list's one element.
+func burst(m, other map[string]any) map[string]any {
+	if len(other) != 1 || len(m) == 0 {
+		return m
+	}
+	for k, v := range other {
+		l, list := v.([]any)
+		if !list {
+			return m
+		}
+		for _, e := range l { // a list of messages, not of values
+			if _, ok := e.(map[string]any); !ok {
+				return m
+			}
+		}
+		if _, ok := m[k]; ok {
+			return m
+		}
+		return map[string]any{k: []any{m}}
+	}
+	return m
+}
+
+// fields compares two decoded values at c.path (already checked against
+// the ignore rules). A value that occurs once on one side and several
+// times on the other (one SQL statement against two) is compared as a list
+// of one.
+func (c *collector) fields(want, got any) {
+	wl, wList := want.([]any)
+	gl, gList := got.([]any)
+	_, wMap := want.(map[string]any)
+	_, gMap := got.(map[string]any)
+	switch {
+	case wList && !gList && !gMap:
+		gl, gList = []any{got}, true
+	case gList && !wList && !wMap:
+		wl, wList = []any{want}, true
+	}
+	wm, _ := want.(map[string]any)
+	gm, _ := got.(map[string]any)
+	switch {
+	case wMap && gMap:
+		for _, k := range unionKeys(wm, gm) {
+			c.push(keySeg(k))
+			if !c.v.ignored(c.path) {
+				w, wok := wm[k]
+				g, gok := gm[k]
+				if wok && gok {
+					c.fields(w, g)
+				} else {
+					c.missing(w, g, wok)
+				}
+			}
+			c.pop()
+		}
+	case wList && gList:
+		for _, u := range c.v.unordered {
+			if u.pat.match(c.path) {
+				c.unordered(wl, gl, u.key)
+				return
+			}
+		}
+		for i := 0; i < len(wl) || i < len(gl); i++ {
+			c.push(idxSeg(i))
+			if !c.v.ignored(c.path) {
+				switch {
+				case i >= len(gl):
+					c.add(Removed, shown(wl[i]), "", "")
+				case i >= len(wl):
+					c.add(Added, "", shown(gl[i]), "")
+				default:
+					c.fields(wl[i], gl[i])
+				}
+			}
+			c.pop()
+		}
+	default:
+		ws, wText := want.(string)
+		gs, gText := got.(string)
+		if wText && gText {
+			if ws != gs {
+				c.add(Changed, leafText(ws), leafText(gs), "")
+			}
+			return
+		}
+		c.value(want, got)
+	}
+}
+
+// leafText shows a decoded value as the protocol wrote it (SQL, a
+// target, a Redis argument, a string parameter in its quotes); text with
+// control characters quoted.
+func leafText(s string) string {
+	for _, r := range s {
+		if r < 0x20 && r != '\t' && r != '\n' || r == 0x7f || r == utf8.RuneError {
+			return excerpt([]byte(strconv.Quote(s)))
+		}
+	}
+	return excerpt([]byte(s))
+}
+
+// shown renders a value present on one side only.
+func shown(v any) string {
+	if s, ok := v.(string); ok {
+		return leafText(s)
+	}
+	return render(v)
+}
+
+// missing reports a value present on one side only; a list is reported
+// element by element.
+func (c *collector) missing(want, got any, recorded bool) {
+	v := got
+	if recorded {
+		v = want
+	}
+	l, ok := v.([]any)
+	if !ok {
+		l = []any{v}
+	}
+	for i, e := range l {
+		if ok {
+			c.push(idxSeg(i))
+		}
+		if !c.v.ignored(c.path) {
+			if recorded {
+				c.add(Removed, shown(e), "", "")
+			} else {
+				c.add(Added, "", shown(e), "")
+			}
+		}
+		if ok {
+			c.pop()
+		}
 	}
 }
 
@@ -132,6 +273,7 @@ func unionKeys(want, got map[string]any) []string {
 // and the parent of others, the leaf is kept under the key "".
 func unflatten(fields []wire.Field) map[string]any {
 	root := &node{}
+	root.root = root
 	for _, f := range fields {
 		n := root
 		for _, s := range fieldPath(f.Path) {
@@ -143,7 +285,7 @@ func unflatten(fields []wire.Field) map[string]any {
 			n.value, n.set = f.Value, true
 		}
 	}
-	m, _ := root.tree().(map[string]any)
+	m, _ := root.tree(true).(map[string]any)
 	if m == nil {
 		m = map[string]any{}
 	}
@@ -152,6 +294,7 @@ func unflatten(fields []wire.Field) map[string]any {
 
 // node is one step of a tree being rebuilt.
 type node struct {
+	root  *node // the tree's root (header blocks are known by their place)
 	value string
 	set   bool
 	keys  map[string]*node
@@ -161,7 +304,7 @@ type node struct {
 func (n *node) child(s segment) *node {
 	if s.index >= 0 && n.keys == nil {
 		for len(n.items) <= s.index {
-			n.items = append(n.items, &node{})
+			n.items = append(n.items, &node{root: n.root})
 		}
 		return n.items[s.index]
 	}
@@ -178,18 +321,27 @@ func (n *node) child(s segment) *node {
 	}
 	c := n.keys[k]
 	if c == nil {
-		c = &node{}
+		c = &node{root: n.root}
 		n.keys[k] = c
 	}
 	return c
 }
 
-func (n *node) tree() any {
+// tree is the node as a value; typed leaves read as numbers or JSON
+// strings where they are, header blocks' leaves (root keys "header" and
+// "trailer") stay text.
+func (n *node) tree(typed bool) any {
+	leaf := func(v string) any {
+		if typed {
+			return typedLeaf(v)
+		}
+		return v
+	}
 	switch {
 	case n.keys != nil:
 		m := make(map[string]any, len(n.keys)+1)
 		for k, c := range n.keys {
-			m[k] = c.tree()
+			m[k] = c.tree(typed && !(n == n.root && (k == "header" || k == "trailer")))
 		}
 		if n.set {
 			m[""] = leaf(n.value)
@@ -198,7 +350,7 @@ func (n *node) tree() any {
 	case n.items != nil:
 		l := make([]any, len(n.items))
 		for i, c := range n.items {
-			l[i] = c.tree()
+			l[i] = c.tree(typed)
 		}
 		if n.set {
 			return map[string]any{"": leaf(n.value), "[*]": l}
@@ -210,8 +362,9 @@ func (n *node) tree() any {
 	return nil
 }
 
-// leaf is a field's value: a number when it reads as one.
-func leaf(v string) any {
+// typedLeaf is a field's value: a number when it reads as one (so
+// tolerance rules apply), else its text.
+func typedLeaf(v string) any {
 	if v != "" && (v[0] == '-' || v[0] >= '0' && v[0] <= '9') && json.Valid([]byte(v)) {
 		return json.Number(v)
 	}

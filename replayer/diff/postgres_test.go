@@ -46,9 +46,9 @@ func TestComparePostgres(t *testing.T) {
 		{"statement", pgExec(q, 7, "ann"), pgExec("update t set name = $2 where id = $1 and v = 0", 7, "ann"), "sql changed", ""},
 		{"white space", pgExec(q, 7, "ann"), pgExec("update t  set name = $2\n where id = $1", 7, "ann"), "", ""},
 		{"statement names are the connection's", pgBindNamed("1", 5), pgBindNamed("7", 5), "", ""},
-		{"named statement's parameter", pgBindNamed("1", 5), pgBindNamed("7", 6), "params changed", `"5" → "6"`},
+		{"named statement's parameter", pgBindNamed("1", 5), pgBindNamed("7", 6), "params[0] changed", `"5" → "6"`},
 		{"simple query", pgQuery("select 1"), pgQuery("select 2"), "sql changed", "select 2"},
-		{"extra statement", pgQuery("select 1"), pgQuery("select 1") + pgExec(q, 1, "x"), "sql[1] added, params[0] added, params[1] added", ""},
+		{"extra statement", pgQuery("select 1"), pgQuery("select 1") + pgExec(q, 1, "x"), "params[0] added, params[1] added, sql[1] added", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,8 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-
-	xhttp2 "golang.org/x/net/http2"
+	"time"
 )
 
 // KindGRPC is a gRPC call: URL is the method's path
@@ -31,27 +30,23 @@ var grpcFailCodes = map[int]bool{2: true, 4: true, 12: true, 13: true, 14: true,
 // stream limit allows), as a gRPC client's would.
 type grpcExecutor struct {
 	base       *url.URL
-	tr         *xhttp2.Transport
+	tr         *http.Transport
 	traces     *traceIDs
 	replayTime bool
 	closeOnce  sync.Once
 }
 
 func newGRPCExecutor(base *url.URL, tlsCfg *tls.Config, traces *traceIDs, replayTime bool) *grpcExecutor {
-	tr := &xhttp2.Transport{DisableCompression: true}
+	var p http.Protocols
+	tr := &http.Transport{Protocols: &p, DisableCompression: true, Proxy: nil,
+		DialContext: (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext}
 	if base.Scheme == "https" {
-		cfg := &tls.Config{}
+		p.SetHTTP2(true)
 		if tlsCfg != nil {
-			cfg = tlsCfg.Clone()
+			tr.TLSClientConfig = tlsCfg.Clone()
 		}
-		cfg.NextProtos = []string{"h2"}
-		tr.TLSClientConfig = cfg
 	} else {
-		tr.AllowHTTP = true
-		tr.DialTLSContext = func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		}
+		p.SetUnencryptedHTTP2(true) // h2c with prior knowledge
 	}
 	return &grpcExecutor{base: base, tr: tr, traces: traces, replayTime: replayTime}
 }

@@ -93,7 +93,7 @@ func TestReplayGRPCSessions(t *testing.T) {
 		c = replayGRPC(t, regress.Config{Source: regress.Sessions(sessions), Target: target, Concurrency: 8, Schema: testSchema(t)})
 		assertOnly(t, c, "-unary", "message[0].username")
 		f := findings(c, "t03-unary")
-		if len(f) != 1 || f[0].Want != `"retrace"` || f[0].Got != `"someone else"` {
+		if len(f) != 1 || f[0].Want != "retrace" || f[0].Got != "someone else" {
 			t.Errorf("finding %+v", f)
 		}
 	})
@@ -127,6 +127,26 @@ func TestReplayGRPCSessions(t *testing.T) {
 		}
 	})
 
+	t.Run("noise detected on message fields", func(t *testing.T) {
+		cfg := regress.Config{Source: regress.Sessions(sessions), Target: replaytest.ServeGRPC(t, &replaytest.ChangedGRPC{Noisy: true}), Concurrency: 8, Schema: testSchema(t)}
+		n, err := regress.DetectNoise(context.Background(), cfg, regress.NoiseConfig{PerAPI: 2, Runs: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(n.Rules) != 1 || n.Rules[0].API != "POST /grpc.testing.TestService/UnaryCall" || n.Rules[0].Ignore != "message[0].server_id" {
+			t.Fatalf("noise rules %+v", n.Rules)
+		}
+		if c := replayGRPC(t, cfg); len(c.byStatus(regress.Failed)) != grpcTraces {
+			t.Fatalf("without the noise rules %d failed", len(c.byStatus(regress.Failed)))
+		}
+		if cfg.Rules, err = diff.NewRules(n.Rules...); err != nil {
+			t.Fatal(err)
+		}
+		if c := replayGRPC(t, cfg); len(c.byStatus(regress.Passed)) != len(sessions) {
+			t.Fatalf("with the noise rules: failed %v", c.byStatus(regress.Failed))
+		}
+	})
+
 	t.Run("undecodable session is an error", func(t *testing.T) {
 		bad := *sessions[0]
 		m, pace, err := http2.ParseMessage(bad.Inbound.Response)
@@ -143,14 +163,11 @@ func TestReplayGRPCSessions(t *testing.T) {
 	})
 
 	t.Run("descriptor set file and reflection name fields", func(t *testing.T) {
-		set := &descriptorpb.FileDescriptorSet{}
-		for _, fd := range []*descriptorpb.FileDescriptorProto{
+		set := &descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{
 			protodesc.ToFileDescriptorProto(testpb.File_grpc_testing_empty_proto),
 			protodesc.ToFileDescriptorProto(testpb.File_grpc_testing_messages_proto),
 			protodesc.ToFileDescriptorProto(testpb.File_grpc_testing_test_proto),
-		} {
-			set.File = append(set.File, fd)
-		}
+		}}
 		b, err := proto.Marshal(set)
 		if err != nil {
 			t.Fatal(err)

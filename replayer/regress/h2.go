@@ -14,8 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
-	xhttp2 "golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/retrace-dev/retrace/recording"
@@ -41,25 +41,24 @@ const maxH2Response = 64 << 20
 type h2Client struct {
 	t    *target
 	once sync.Once
-	tr   *xhttp2.Transport
+	tr   *http.Transport
 }
 
-func (c *h2Client) transport() *xhttp2.Transport {
+func (c *h2Client) transport() *http.Transport {
 	c.once.Do(func() {
-		tr := &xhttp2.Transport{DisableCompression: true}
+		var p http.Protocols
+		tr := &http.Transport{Protocols: &p, DisableCompression: true, Proxy: nil,
+			DialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext}
 		if c.t.tls {
+			p.SetHTTP2(true)
 			cfg := &tls.Config{}
 			if c.t.tlsConfig != nil {
 				cfg = c.t.tlsConfig.Clone()
 			}
-			cfg.ServerName, cfg.NextProtos = c.t.url.Hostname(), []string{"h2"}
+			cfg.ServerName = c.t.url.Hostname()
 			tr.TLSClientConfig = cfg
 		} else {
-			tr.AllowHTTP = true
-			tr.DialTLSContext = func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, network, addr)
-			}
+			p.SetUnencryptedHTTP2(true) // h2c with prior knowledge
 		}
 		c.tr = tr
 	})

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/retrace-dev/retrace/internal/grpctest"
 	"github.com/retrace-dev/retrace/recording"
+	"github.com/retrace-dev/retrace/trace"
 )
 
 // GRPCCallsPerTrace is how many RPCs (sessions) RecordGRPC makes per trace.
@@ -166,6 +168,10 @@ type ChangedGRPC struct {
 	Username string
 	Code     codes.Code
 	SizeAdd  int32
+	// Noisy: UnaryCall answers a server id that is new on every call
+	// (what noise detection is for).
+	Noisy bool
+	n     atomic.Int64
 }
 
 func (s *ChangedGRPC) UnaryCall(ctx context.Context, in *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
@@ -175,6 +181,9 @@ func (s *ChangedGRPC) UnaryCall(ctx context.Context, in *testpb.SimpleRequest) (
 	r, err := s.Service.UnaryCall(ctx, in)
 	if r != nil && s.Username != "" {
 		r.Username = s.Username
+	}
+	if r != nil && s.Noisy {
+		r.ServerId = fmt.Sprintf("srv-%d", s.n.Add(1))
 	}
 	return r, err
 }
@@ -219,4 +228,41 @@ func ServeGRPCTLS(t *testing.T, svc testpb.TestServiceServer, cfg *tls.Config) s
 	}
 	serveGRPC(t, l, svc, grpc.Creds(credentials.NewTLS(cfg)))
 	return "https://" + l.Addr().String()
+}
+
+// FramedDialer dials the mock server at mockAddr as the agent does in
+// replay mode for a redirected connection to dst: a preamble frame, then
+// every write framed (DESIGN.md 3.3) with no trace (an HTTP/2 stream's
+// trace travels in-band, in its retrace-trace-id field); reads are plain.
+// For grpc.WithContextDialer.
+func FramedDialer(mockAddr, dst string) func(ctx context.Context, _ string) (net.Conn, error) {
+	return func(ctx context.Context, _ string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", mockAddr)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := c.Write(trace.AppendFrameHeader(nil, "", dst, 0)); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return &framedConn{Conn: c, dst: dst}, nil
+	}
+}
+
+type framedConn struct {
+	net.Conn
+	dst string
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (c *framedConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.buf = trace.AppendFrame(c.buf[:0], "", c.dst, p)
+	if _, err := c.Conn.Write(c.buf); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

@@ -134,8 +134,9 @@ func (protocol) NewAnswerer(env wire.Env) wire.Answerer {
 	return &answerer{env: env, sc: NewServerConn(ServerConfig{MaxData: env.MaxMessage})}
 }
 
-// answerer is the mock's side of one connection, through the serial
-// Answerer interface: Next consumes one frame at a time; a frame that ends
+// answerer is a connection's side through the serial Answerer interface
+// (the mock server answers HTTP/2 through NewMux instead, which can answer
+// several streams at once and a bidirectional call message by message): Next consumes one frame at a time; a frame that ends
 // a stream's request is a Request (Owner: the stream's in-band trace),
 // answered by Reply on that stream; any other frame is consumed as a Local,
 // NoReply request whose protocol output (SETTINGS and PING

@@ -283,7 +283,8 @@ func (r *Reader) startBlock(f *Frame, frag []byte, ended bool) (*Frame, error) {
 }
 
 func (r *Reader) decodeBlock(f *Frame, block []byte) (*Frame, error) {
-	r.fields = nil
+	// one allocation for a block of the usual size, not one per doubling
+	r.fields = make([]hpack.HeaderField, 0, 8)
 	if _, err := r.dec.Write(block); err != nil {
 		return nil, fmt.Errorf("header block of stream %d: %w", f.StreamID, err)
 	}

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -10,7 +9,9 @@ import (
 )
 
 // answerer is the mock server's state for one live PostgreSQL connection
-// (wire.Answerer). It answers the start-up itself — no encryption ('N'),
+// (wire.Answerer). It answers the start-up itself — TLS ('S') to an
+// SSLRequest as the recorded server did (book.sslAnswer; the agent then
+// completes the client's handshake without TLS), no GSSAPI encryption ('N'),
 // AuthenticationOk whatever the client's credentials, the recorded
 // server's ParameterStatus, a BackendKeyData of its own, ReadyForQuery.
 // Every other unit is matched against the trace's recording by its SQL,
@@ -27,9 +28,17 @@ type answerer struct {
 	// prepared is the book's answer to the unit of prepares Next returned
 	// last, when every statement in it is one a recording described
 	prepared []byte
+	// canceled: the answer Reply returned last is query_canceled, which
+	// waits for the client's CancelRequest (cancel.go) from byte
+	// canceledAt on
+	canceled   bool
+	canceledAt int
 }
 
-var _ wire.Answerer = (*answerer)(nil)
+var (
+	_ wire.Answerer  = (*answerer)(nil)
+	_ wire.Canceller = (*answerer)(nil)
+)
 
 func newAnswerer(env wire.Env) *answerer {
 	if env.Book == nil {
@@ -87,10 +96,11 @@ func (a *answerer) Next(buf []byte) (wire.Request, int, []byte, error) {
 
 // Reply returns the recorded answer as it is (answers name no statement
 // or portal), noting the transaction status it leaves; the answer to a
-// unit of prepares (from any recording) gets the connection's own
-// transaction status instead of the recorded one.
+// unit of prepares or to session settings (from any recording) gets the
+// connection's own transaction status instead of the recorded one.
 func (a *answerer) Reply(r *wire.Request, resp []byte) []byte {
-	if !r.Prepare {
+	a.canceled = false
+	if !r.Prepare && !a.sessionSet(r) {
 		a.note(resp)
 		return resp
 	}
@@ -117,13 +127,37 @@ func (a *answerer) Reply(r *wire.Request, resp []byte) []byte {
 	return out
 }
 
+// sessionSet reports whether r, the unit Next returned last, is a simple
+// query of session settings (IsSessionSet).
+func (a *answerer) sessionSet(r *wire.Request) bool {
+	return r.Setup && !r.Local && len(a.scratch) == 1 && a.scratch[0].Type == Query
+}
+
 func (a *answerer) note(resp []byte) {
+	off := 0
 	Messages(resp, false, false, func(m Message) bool {
-		if m.Type == ReadyForQuery && len(m.Body) == 1 {
+		switch {
+		case m.Type == ReadyForQuery && len(m.Body) == 1:
 			a.tx = m.Body[0]
+		case m.Type == ErrorResponse && !a.canceled && errorCode(m.Body) == "57014":
+			a.canceled, a.canceledAt = true, off
 		}
+		off += 5 + len(m.Body)
 		return true
 	})
+}
+
+// AwaitCancel: a recorded query_canceled answer waits for a CancelRequest
+// with this connection's backend key (cancel.go); what precedes the error
+// (BindComplete, RowDescription, rows) goes at once, as the server sent
+// it while the query ran.
+func (a *answerer) AwaitCancel() (<-chan struct{}, int, func(), bool) {
+	if !a.canceled {
+		return nil, 0, nil, false
+	}
+	a.canceled = false
+	ch, done := awaitCancel(backendKey(a.env.ConnID))
+	return ch, a.canceledAt, done, true
 }
 
 // Synth answers the start-up (with the recorded server's parameters, from
@@ -138,15 +172,32 @@ func (a *answerer) Synth(r *wire.Request) []byte {
 		return a.Reply(r, a.prepared)
 	case r.Op == "SYNC":
 		return a.ready(nil)
-	case first.Type == 0 && (first.Code == SSLRequestCode || first.Code == GSSENCRequestCode):
-		return []byte{'N'}
-	case first.Type == 0 && first.Code == CancelRequestCode, first.Type == Terminate:
+	case first.Type == 0 && first.Code == SSLRequestCode:
+		// as the recorded server answered (the agent in replay mode
+		// completes the client's TLS handshake without TLS and the
+		// connection goes on in plaintext); 'S' when no recording shows
+		// one: a client asks because it wants TLS (sslmode=require, lib/pq's
+		// default, fails on 'N'; prefer, pgx's default, takes either)
+		if ans, _, ok := a.env.Book.Fallback(&wire.Request{Op: "SSL"}); ok && len(ans) == 1 {
+			return ans
+		}
+		return []byte{'S'}
+	case first.Type == 0 && first.Code == GSSENCRequestCode:
+		return []byte{'N'} // no GSSAPI: the client goes on in plaintext or tries TLS
+	case first.Type == 0 && first.Code == CancelRequestCode:
+		cancel(first.Body) // no answer: the server closes the connection
+		return nil
+	case first.Type == Terminate:
 		return nil
 	case first.IsStartup():
 		return a.startup()
 	case first.Type == Password:
 		// never asked for: the start-up was answered AuthenticationOk
 		return a.errorThenReady("08P01", "retrace: unexpected password message")
+	case a.sessionSet(r):
+		// no recording of the destination sent these settings: whether
+		// the server takes them is not known
+		return a.errorThenReady("XX000", "retrace: no recording of this destination answers the session settings "+clip(r.Key))
 	case first.Type == Query:
 		return a.ready(encode(nil, &pgproto3.EmptyQueryResponse{}))
 	}
@@ -163,7 +214,8 @@ func (a *answerer) startup() []byte {
 			out = append(out, p...)
 		}
 	}
-	out = encode(out, &pgproto3.BackendKeyData{ProcessID: 1<<20 + a.env.ConnID, SecretKey: binary.BigEndian.AppendUint32(nil, 0x5eed0000^a.env.ConnID)})
+	pid, secret := backendKey(a.env.ConnID)
+	out = encode(out, &pgproto3.BackendKeyData{ProcessID: pid, SecretKey: secret})
 	a.tx = 'I'
 	return encode(out, &pgproto3.ReadyForQuery{TxStatus: 'I'})
 }
@@ -215,6 +267,13 @@ func (a *answerer) errorThenReady(code, msg string) []byte {
 // statements, its transaction), so they are never proxied one by one.
 func (a *answerer) AnswerLen(*wire.Request, []byte) (int, error) {
 	return 0, errors.New("postgres: requests cannot be proxied one by one (pass the destination through instead)")
+}
+
+func clip(s string) string {
+	if len(s) > 120 {
+		return s[:120] + "…"
+	}
+	return s
 }
 
 func errorResponse(code, msg string) []byte {

@@ -22,6 +22,9 @@ type book struct {
 	descr   map[string]answer   // SQL → the answer to Describe of the statement
 	onConn  map[connName]string // statement name on a recorded connection → SQL
 	anyConn map[string]string   // statement name → SQL, the first recorded
+	// sslYes and sslNo count the recorded SSLRequests the server answered
+	// 'S' (TLS follows) and 'N'
+	sslYes, sslNo int
 }
 
 // answer is a recorded answer and the Seq of its call.
@@ -48,6 +51,15 @@ func (b *book) Learn(c wire.Call) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(c.Request) > 0 && (c.Request[0] == 0 || c.Request[0] == Password) {
+		if m, n, err := Next(c.Request, true, true, 0); err == nil && n > 0 && m.Type == 0 && m.Code == SSLRequestCode {
+			switch {
+			case len(c.Response) > 0 && c.Response[0] == 'S':
+				b.sslYes++
+			case len(c.Response) > 0 && c.Response[0] == 'N':
+				b.sslNo++
+			}
+			return
+		}
 		if b.params == nil {
 			b.params = paramStatuses(c.Response)
 		}
@@ -103,11 +115,18 @@ func (b *book) Greeting(uint32) []byte { return nil }
 // and RowDescription for each Describe, CloseComplete, ReadyForQuery for
 // Sync (its status is the live connection's: the Answerer's Reply sets
 // it) — and a StartupMessage with the recorded server's ParameterStatus
-// messages (r.Op "STARTUP"). It answers false when a statement is one no
+// messages (r.Op "STARTUP"), and an SSLRequest as the recorded server
+// answered the destination's (r.Op "SSL", see sslAnswer). It answers false when a statement is one no
 // recording described.
 func (b *book) Fallback(r *wire.Request) ([]byte, int, bool) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
+	if r.Op == "SSL" {
+		if b.sslYes+b.sslNo == 0 {
+			return nil, 0, false
+		}
+		return []byte{b.sslAnswer()}, 0, true
+	}
 	if r.Op == "STARTUP" {
 		var out []byte
 		for _, p := range b.params {
@@ -157,6 +176,16 @@ func (b *book) Fallback(r *wire.Request) ([]byte, int, bool) {
 		return true
 	})
 	return out, seq, ok
+}
+
+// sslAnswer is the recorded server's answer to SSLRequests: 'S' when it
+// accepted some connection's, 'N' when it refused every one; the caller
+// holds b.mu and has seen one.
+func (b *book) sslAnswer() byte {
+	if b.sslYes == 0 {
+		return 'N'
+	}
+	return 'S'
 }
 
 // stmtOn resolves a statement name on a recorded connection.

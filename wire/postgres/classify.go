@@ -10,7 +10,9 @@ import (
 // (StartupMessage, SSLRequest, GSSENCRequest, CancelRequest), the
 // authentication exchange (password, SASL and GSS messages), Terminate,
 // a ping (a simple query of nothing but comments and semicolons, as pgx
-// and database/sql send to check a pooled connection), and statements
+// and database/sql send to check a pooled connection), session settings
+// (a simple query of nothing but SET and RESET statements, as a pool's
+// AfterConnect sends on each connection it opens: see IsSessionSet), and statements
 // prepared or closed (Parse, Describe of a statement, Close, Sync, Flush
 // and nothing else: whether a request prepares depends on what its
 // connection prepared before, as a statement cache decides). A write of
@@ -25,7 +27,8 @@ func SetupWrite(p []byte) bool {
 		case Describe:
 			setup = len(m.Body) > 0 && m.Body[0] == 'S'
 		case Query:
-			setup = IsPing(CString(m.Body))
+			q := CString(m.Body)
+			setup = IsPing(q) || IsSessionSet(q)
 		default:
 			setup = false
 		}
@@ -58,6 +61,34 @@ func IsPing(q string) bool {
 		}
 	}
 	return true
+}
+
+// IsSessionSet reports whether a query text holds nothing but statements
+// that set the session's parameters: SET (not SET LOCAL, SET TRANSACTION
+// or SET CONSTRAINTS, which belong to a transaction) and RESET, separated
+// by semicolons. Such a query configures the connection, whichever
+// request's goroutine opened it (pgx's AfterConnect runs on the
+// goroutine of the request that made the pool grow), so it is set-up:
+// answered in replay from any recording of the destination that sent the
+// same text.
+func IsSessionSet(q string) bool {
+	seen := false
+	for _, st := range strings.Split(q, ";") {
+		st = strings.TrimSpace(st)
+		if st == "" {
+			continue
+		}
+		w := strings.Fields(strings.ToUpper(st[:min(len(st), 40)]))
+		switch {
+		case len(w) >= 1 && w[0] == "RESET":
+		case len(w) >= 2 && w[0] == "SET" && w[1] != "LOCAL" && w[1] != "TRANSACTION" && w[1] != "CONSTRAINTS" &&
+			w[1] != "SESSION" || len(w) >= 3 && w[0] == "SET" && w[1] == "SESSION" && w[2] != "CHARACTERISTICS":
+		default:
+			return false
+		}
+		seen = true
+	}
+	return seen
 }
 
 // CString returns the NUL-terminated string at the start of b (all of b

@@ -162,7 +162,8 @@ func TestAnswererStartup(t *testing.T) {
 		&pgproto3.ParameterStatus{Name: "server_version", Value: "15.8"}, &pgproto3.BackendKeyData{ProcessID: 7, SecretKey: []byte{0, 0, 0, 9}},
 		&pgproto3.ReadyForQuery{TxStatus: 'I'})})
 	a := p.NewAnswerer(wire.Env{Book: b, ConnID: 3})
-	if r, out := answer(t, a, b, request(postgres.SSLRequestCode), nil); string(out) != "N" || !r.Setup {
+	// no recorded SSLRequest: a client that asks wants TLS
+	if r, out := answer(t, a, b, request(postgres.SSLRequestCode), nil); string(out) != "S" || !r.Setup {
 		t.Fatalf("SSLRequest answered %q (%+v)", out, r)
 	}
 	r, out := answer(t, a, b, startup("user", "u", "database", "d"), nil)
@@ -174,6 +175,35 @@ func TestAnswererStartup(t *testing.T) {
 	}
 	if r, out := answer(t, a, b, msg('Q', "-- ping\x00"), nil); types(t, out) != "IZ" || !r.Setup {
 		t.Errorf("ping answered %q", out)
+	}
+}
+
+// TestAnswererSSLAsRecorded: an SSLRequest is answered as the recorded
+// server answered the destination's: 'S' if it accepted any, 'N' if it
+// refused them all; a GSSENCRequest always 'N'.
+func TestAnswererSSLAsRecorded(t *testing.T) {
+	p := postgres.Protocol
+	for _, c := range []struct {
+		recorded string
+		want     string
+	}{{"", "S"}, {"N", "N"}, {"NN", "N"}, {"S", "S"}, {"NS", "S"}} {
+		b := p.NewBook()
+		for _, ans := range c.recorded {
+			b.Learn(wire.Call{Request: request(postgres.SSLRequestCode), Response: []byte{byte(ans)}, Setup: true})
+		}
+		a := p.NewAnswerer(wire.Env{Book: b, ConnID: 1})
+		if _, out := answer(t, a, b, request(postgres.SSLRequestCode), nil); string(out) != c.want {
+			t.Errorf("recorded %q: SSLRequest answered %q, want %q", c.recorded, out, c.want)
+		}
+		a = p.NewAnswerer(wire.Env{Book: b, ConnID: 2})
+		if _, out := answer(t, a, b, request(postgres.GSSENCRequestCode), nil); string(out) != "N" {
+			t.Errorf("recorded %q: GSSENCRequest answered %q, want N", c.recorded, out)
+		}
+		// the recorded SSLRequest did not take the place of the start-up's
+		// parameters
+		if _, out := answer(t, a, b, startup("user", "u"), nil); !bytes.Contains(out, []byte("retrace mock")) {
+			t.Errorf("recorded %q: start-up does not report the default parameters: %q", c.recorded, out)
+		}
 	}
 }
 
@@ -388,5 +418,84 @@ func TestTapFollowsAnswers(t *testing.T) {
 	}
 	if tp.Read(one) {
 		t.Fatal("an answer beyond those owed attributed")
+	}
+}
+
+// TestAnswererHoldsCancelledAnswer: a recorded answer that is
+// query_canceled waits for a CancelRequest with the backend key the
+// answerer gave its connection (what precedes the error goes at once); a
+// cancel with the wrong secret, or of another connection, releases
+// nothing; an answer that is not query_canceled does not wait.
+func TestAnswererHoldsCancelledAnswer(t *testing.T) {
+	p := postgres.Protocol
+	b := p.NewBook()
+	a := p.NewAnswerer(wire.Env{Book: b, ConnID: 4242})
+	_, out := answer(t, a, b, startup("user", "u"), nil)
+	var key pgproto3.BackendKeyData
+	postgres.Messages(out, false, false, func(m postgres.Message) bool {
+		if m.Type == 'K' {
+			key.Decode(m.Body)
+		}
+		return true
+	})
+	head := enc(&pgproto3.BindComplete{}, &pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("x"), DataTypeOID: 25}}})
+	cancelled := append(append([]byte(nil), head...), enc(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "57014", Message: "canceling statement due to user request"}, &pgproto3.ReadyForQuery{TxStatus: 'I'})...)
+	c := a.(wire.Canceller)
+	answer(t, a, b, execCall("", 1, "").Request, enc(&pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'}))
+	if _, _, _, ok := c.AwaitCancel(); ok {
+		t.Fatal("an answer that is not query_canceled waits for a cancel")
+	}
+	answer(t, a, b, execCall("", 1, "").Request, cancelled)
+	ch, n, done, ok := c.AwaitCancel()
+	if !ok || n != len(head) {
+		t.Fatalf("query_canceled answer: wait %v, head %d bytes, want %d", ok, n, len(head))
+	}
+	defer done()
+	cancelReq := func(pid uint32, secret []byte) []byte {
+		body := binary.BigEndian.AppendUint32(nil, pid)
+		return request(postgres.CancelRequestCode, append(body, secret...)...)
+	}
+	other := p.NewAnswerer(wire.Env{Book: b, ConnID: 4243})
+	answer(t, other, b, cancelReq(key.ProcessID, []byte{1, 2, 3, 4}), nil)
+	answer(t, p.NewAnswerer(wire.Env{Book: b, ConnID: 4244}), b, cancelReq(key.ProcessID+1, key.SecretKey), nil)
+	select {
+	case <-ch:
+		t.Fatal("released by a cancel with another backend key")
+	default:
+	}
+	answer(t, p.NewAnswerer(wire.Env{Book: b, ConnID: 4245}), b, cancelReq(key.ProcessID, key.SecretKey), nil)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("the cancel with the connection's backend key did not release its answer")
+	}
+}
+
+// TestCancelBeforeTheAnswer: a cancel that reaches the mock server before
+// it got to the query (a busy mock) releases that query's answer at once.
+func TestCancelBeforeTheAnswer(t *testing.T) {
+	p := postgres.Protocol
+	b := p.NewBook()
+	a := p.NewAnswerer(wire.Env{Book: b, ConnID: 5151})
+	_, out := answer(t, a, b, startup("user", "u"), nil)
+	var key pgproto3.BackendKeyData
+	postgres.Messages(out, false, false, func(m postgres.Message) bool {
+		if m.Type == 'K' {
+			key.Decode(m.Body)
+		}
+		return true
+	})
+	body := append(binary.BigEndian.AppendUint32(nil, key.ProcessID), key.SecretKey...)
+	answer(t, p.NewAnswerer(wire.Env{Book: b, ConnID: 5152}), b, request(postgres.CancelRequestCode, body...), nil)
+	answer(t, a, b, execCall("", 1, "").Request, enc(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "57014"}, &pgproto3.ReadyForQuery{TxStatus: 'I'}))
+	ch, n, done, ok := a.(wire.Canceller).AwaitCancel()
+	if !ok || n != 0 {
+		t.Fatalf("query_canceled answer: wait %v, head %d", ok, n)
+	}
+	defer done()
+	select {
+	case <-ch:
+	default:
+		t.Fatal("the cancel that came first did not release the answer")
 	}
 }

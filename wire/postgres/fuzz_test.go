@@ -47,6 +47,7 @@ func FuzzNormalizeSQL(f *testing.F) {
 			t.Fatalf("not idempotent: %q → %q → %q", q, norm, again)
 		}
 		postgres.IsPing(q)
+		postgres.IsSessionSet(q)
 	})
 }
 

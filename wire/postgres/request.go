@@ -150,6 +150,9 @@ func (n *names) request(raw []byte, ms []Message) (wire.Request, unitKind) {
 			}
 			norm, lits := NormalizeSQL(q)
 			r.Op, r.Key, r.Stmt = "QUERY "+norm, q, q
+			// session settings configure the connection: answered from
+			// any recording of the destination (SetupWrite)
+			r.Setup = IsSessionSet(q)
 			r.Canon = []byte(q)
 			for _, l := range lits {
 				r.Args = append(r.Args, []byte(l))

@@ -1,7 +1,7 @@
 // Package orderstest gives tests a fresh, isolated environment for the orders
 // example against the real servers of internal/testenv: a MySQL database of
-// their own, a Redis key prefix of their own and an in-process pricing
-// service.
+// their own, a Redis key prefix of their own and in-process pricing and
+// fraud-check services.
 package orderstest
 
 import (
@@ -9,13 +9,16 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
 
+	"github.com/retrace-dev/retrace/examples/fraud"
 	"github.com/retrace-dev/retrace/examples/orders"
 	"github.com/retrace-dev/retrace/examples/pricing"
 	"github.com/retrace-dev/retrace/internal/testenv"
@@ -89,6 +92,27 @@ func Pricing(t testing.TB, wrap func(http.Handler) http.Handler) *httptest.Serve
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// Fraud starts the fraud-check service (gRPC) on a loopback port with
+// opts (interceptors to observe calls) and returns its address. It stops
+// when the test ends.
+func Fraud(t testing.TB, opts ...grpc.ServerOption) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := fraud.NewGRPCServer(opts...)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Stop()
+		if err := <-done; err != nil {
+			t.Errorf("orderstest: fraud service: %v", err)
+		}
+	})
+	return ln.Addr().String()
 }
 
 // Config returns an orders configuration over a fresh database, a fresh

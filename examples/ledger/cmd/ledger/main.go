@@ -15,11 +15,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/retrace-dev/retrace/examples/ledger"
 
-	// The whole integration with retrace.
-	_ "github.com/retrace-dev/retrace/patches"
+	// The whole integration with retrace (Stop at exit writes what it
+	// recorded).
+	"github.com/retrace-dev/retrace/patches"
 )
 
 func main() {
@@ -45,12 +47,23 @@ func run(args []string) error {
 		return err
 	}
 	defer srv.Close()
+	fmt.Fprintln(os.Stderr, "ledger: PostgreSQL", srv.Version)
 	if *initDB {
 		if err := srv.Setup(ctx); err != nil {
 			return err
 		}
 	}
-	return srv.ListenAndServe(ctx, *listen, os.Stderr)
+	if err := srv.Migrate(ctx); err != nil {
+		return err
+	}
+	if err := srv.ListenAndServe(ctx, *listen, os.Stderr); err != nil {
+		return err
+	}
+	// what the agent recorded, the start-up's background calls too, is
+	// written before the process ends
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return patches.Stop(sctx)
 }
 
 func envOr(k, def string) string {

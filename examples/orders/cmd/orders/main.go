@@ -2,7 +2,7 @@
 //
 //	go run ./examples/orders/cmd/orders -init \
 //	  -mysql 'root@tcp(127.0.0.1:3306)/orders' -redis 127.0.0.1:6379 \
-//	  -pricing http://127.0.0.1:8081 -listen 127.0.0.1:8080
+//	  -pricing http://127.0.0.1:8081 -fraud 127.0.0.1:8082 -listen 127.0.0.1:8080
 //
 // With RETRACE_MODE=record the agent records every request; with
 // RETRACE_MODE=replay it answers every downstream call from the mock server
@@ -42,13 +42,16 @@ func run(args []string) error {
 	prefix := fs.String("redis-prefix", env.RedisPrefix, "prefix of every Redis key, default orders: (env "+orders.EnvRedisPrefix+")")
 	pricingURL := fs.String("pricing", env.PricingURL, "base URL of the pricing service (env "+orders.EnvPricingURL+")")
 	pricingCA := fs.String("pricing-ca", env.PricingCA, "PEM file of the CA of an https pricing URL, default the system's roots (env "+orders.EnvPricingCA+")")
+	fraudAddr := fs.String("fraud", env.FraudAddr, "host:port of the fraud-check service (gRPC), default none: no fraud check (env "+orders.EnvFraudAddr+")")
 	variant := fs.String("variant", env.Variant, "build variant: empty or changed (env "+orders.EnvVariant+")")
 	initDB := fs.Bool("init", false, "create the schema and seed the data before serving")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	srv, err := orders.NewServer(orders.Config{MySQLDSN: *dsn, RedisAddr: *redisAddr, RedisPrefix: *prefix,
-		PricingURL: *pricingURL, PricingCA: *pricingCA, Variant: *variant})
+	cfg := env // ORDERS_TIMEOUT and ORDERS_MYSQL_MAX_CONNS have no flag
+	cfg.MySQLDSN, cfg.RedisAddr, cfg.RedisPrefix = *dsn, *redisAddr, *prefix
+	cfg.PricingURL, cfg.PricingCA, cfg.FraudAddr, cfg.Variant = *pricingURL, *pricingCA, *fraudAddr, *variant
+	srv, err := orders.NewServer(cfg)
 	if err != nil {
 		return err
 	}

@@ -3,19 +3,16 @@ package recording
 import (
 	"bufio"
 	"bytes"
-	"compress/flate"
-	"compress/gzip"
-	"compress/zlib"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
 
-	"github.com/andybalholm/brotli"
+	"github.com/retrace-dev/retrace/wire"
+	"github.com/retrace-dev/retrace/wire/protocols"
 )
 
 // DefaultMaskReplacement replaces a masked value when a rule names none.
@@ -59,17 +56,20 @@ const DefaultMaskReplacement = "***"
 // can recognise them there; "random crypto" removes them all. The seed of
 // the math/rand sources is kept (math/rand is no source of secrets).
 //
-// HTTP messages are masked field by field, and Content-Length is fixed (a
-// chunked body becomes one chunk) when a body changes length; Redis bulk
-// strings and MySQL packets get their length prefixes fixed the same way
-// when a regex changes their length. JSON bodies that a rule changed are
-// re-encoded compactly with keys in sorted order. A body is JSON when it
-// starts with { or [, whatever its Content-Type says. Bodies with a
-// Content-Encoding of gzip, deflate or br are decoded, masked and encoded
-// again; bodies cut by the payload cap are masked in what is kept (JSON
-// token by token); query strings and form values are URL-decoded before
-// regex rules see them. What cannot be decoded is kept as it is and
-// counted (Stats.MaskSkipped).
+// The rules reach each payload through its protocol's package
+// (wire.Masker, found in wire/protocols by the recorded protocol name): it
+// knows where the values are — HTTP header values, query and form fields
+// and bodies (decoded from gzip, deflate or br; JSON whenever a body
+// starts with { or [, whatever its Content-Type says); Redis arguments and
+// reply strings; SQL literals, bound parameters and result rows of MySQL
+// and PostgreSQL; HTTP/2 and gRPC header fields, bodies and protobuf
+// string fields; the bytes of a raw protocol — and fixes every length
+// that frames a changed value. The Masker is the rules (wire.MaskRules):
+// JSON bodies that a rule changed are re-encoded compactly with keys in
+// sorted order, bodies cut by the payload cap are masked in what is kept
+// (JSON token by token), query strings and form values are URL-decoded
+// before regex rules see them. What cannot be read is kept as it is and
+// counted (Stats.MaskSkipped). docs/wire.md has the table.
 type Masker struct {
 	headers map[string]string // lower-case header name → replacement
 	forms   map[string]string // form field name → replacement
@@ -253,19 +253,24 @@ func (m *Masker) MaskSession(s *Session) bool {
 // payloads (or bodies in them) it could not read to mask, kept as they
 // are, and why says why for the first.
 func (m *Masker) maskSession(s *Session) (changed bool, skipped int, why string) {
-	r := maskRun{m: m}
-	one := func(proto string, p *[]byte) {
-		out := r.mask(proto, *p)
+	r := &maskRun{m: m}
+	one := func(proto string, side wire.Side, p *[]byte) {
+		out := r.mask(proto, side, *p)
 		if !bytes.Equal(out, *p) {
 			*p, changed = out, true
 		}
 	}
-	one(s.Inbound.Proto, &s.Inbound.Request)
-	one(s.Inbound.Proto, &s.Inbound.Response)
+	one(s.Inbound.Proto, wire.Client, &s.Inbound.Request)
+	one(s.Inbound.Proto, wire.Server, &s.Inbound.Response)
 	for i := range s.Calls {
 		call := &s.Calls[i]
-		one(call.Proto, &call.Request)
-		one(call.Proto, &call.Response)
+		one(call.Proto, wire.Client, &call.Request)
+		one(call.Proto, wire.Server, &call.Response)
+		if m != nil && call.Decoded != "" { // made from the bytes before they were masked
+			if d := r.Text([]byte(call.Decoded)); string(d) != call.Decoded {
+				call.Decoded, changed = string(d), true
+			}
+		}
 	}
 	if rr := s.Random; m != nil && m.noCrypto && rr != nil && len(rr.Crypto) > 0 {
 		masked := *rr
@@ -276,15 +281,22 @@ func (m *Masker) maskSession(s *Session) (changed bool, skipped int, why string)
 	return changed, r.skipped, r.why
 }
 
-// Mask returns p masked as a payload of the protocol ("http", "redis",
-// "mysql", anything else is raw bytes) and whether it changed. p itself is
-// never modified.
+// Mask returns p, a request (the bytes a client sent) of the protocol
+// recorded as proto ("http", "redis", "mysql", "postgres", "http2",
+// "grpc", anything else is raw bytes), masked, and whether it changed. p
+// itself is never modified.
 func (m *Masker) Mask(proto string, p []byte) ([]byte, bool) {
+	return m.MaskSide(proto, wire.Client, p)
+}
+
+// MaskSide is Mask for bytes side sent: wire.Client for a request,
+// wire.Server for its answer.
+func (m *Masker) MaskSide(proto string, side wire.Side, p []byte) ([]byte, bool) {
 	if m == nil || len(p) == 0 {
 		return p, false
 	}
-	r := maskRun{m: m}
-	out := r.mask(proto, p)
+	r := &maskRun{m: m}
+	out := r.mask(proto, side, p)
 	if bytes.Equal(out, p) {
 		return p, false
 	}
@@ -299,398 +311,54 @@ type maskRun struct {
 	why     string // of the first skip
 }
 
-func (r *maskRun) skip(why string) {
+// Skip counts a value kept as recorded (wire.MaskRules).
+func (r *maskRun) Skip(why string) {
 	r.skipped++
 	if r.why == "" {
 		r.why = why
 	}
 }
 
-func (r *maskRun) mask(proto string, p []byte) []byte {
+func (r *maskRun) mask(proto string, side wire.Side, p []byte) []byte {
 	if r.m == nil || len(p) == 0 {
 		return p
 	}
-	switch proto {
-	case "http":
-		return r.http(p)
-	case "redis":
-		return r.m.maskRESP(p)
-	case "mysql":
-		return r.m.maskMySQL(p)
-	case "http2", "grpc":
-		return r.h2(proto, p) // mask_h2.go
-	default:
-		return r.m.regex(p)
-	}
+	return protocols.All.MaskerFor(proto).Mask(side, p, r)
 }
 
-func (m *Masker) regex(p []byte) []byte {
-	for _, r := range m.regexes {
-		p = r.re.ReplaceAll(p, r.repl)
-	}
-	return p
+// The masking rules as the protocols' maskers apply them (wire.MaskRules).
+
+func (r *maskRun) Header(name string) (string, bool) {
+	repl, ok := r.m.headers[strings.ToLower(name)]
+	return repl, ok
 }
 
-// http masks one HTTP/1.x message and, recursively, any message after it
-// in the same payload (interim 1xx responses, pipelined requests).
-func (r *maskRun) http(p []byte) []byte {
-	m := r.m
-	headEnd := bytes.Index(p, []byte("\r\n\r\n"))
-	if headEnd < 0 {
-		return m.regex(m.maskHead(p, nil)) // a head cut by the payload cap
-	}
-	var h httpHead
-	head := m.maskHead(p[:headEnd+2], &h) // keeps the last header's CRLF
-	rest := p[headEnd+4:]
-	var body, after []byte
-	chunked := false
-	switch {
-	case h.noBody:
-		after = rest
-	case h.chunked:
-		var ok bool
-		body, after, ok = dechunk(rest)
-		if !ok { // cut by the cap (or malformed): mask what the chunks hold
-			newBody := r.body(body, &h)
-			head = m.regex(head)
-			if bytes.Equal(newBody, body) {
-				return append(append(head, "\r\n"...), m.regex(rest)...)
-			}
-			out := append(append(head, "\r\n"...), strconv.FormatInt(int64(len(newBody)), 16)+"\r\n"...)
-			return append(out, newBody...) // cut as it was: no last chunk
-		}
-		chunked = true
-	case h.contentLength >= 0:
-		n := min(int(h.contentLength), len(rest))
-		body, after = rest[:n], rest[n:]
-	default:
-		body = rest
-	}
-	newBody := r.body(body, &h)
-	head = m.regex(head)
-	if bytes.Equal(newBody, body) {
-		// keep the body's framing as it was recorded
-		out := append(append(head, "\r\n"...), rest[:len(rest)-len(after)]...)
-		return r.appendAfter(out, after)
-	}
-	if chunked {
-		var cb []byte
-		if len(newBody) > 0 {
-			cb = append(strconv.AppendInt(cb, int64(len(newBody)), 16), "\r\n"...)
-			cb = append(append(cb, newBody...), "\r\n"...)
-		}
-		newBody = append(cb, "0\r\n\r\n"...)
-	} else if len(newBody) != len(body) && h.contentLength >= 0 {
-		// the cap may have cut the body: shift the declared length by what
-		// masking changed rather than setting it to what we kept.
-		head = setContentLength(head, h.contentLength+int64(len(newBody)-len(body)))
-	}
-	return r.appendAfter(append(append(head, "\r\n"...), newBody...), after)
+func (r *maskRun) Field(name string) (string, bool) {
+	repl, ok := r.m.forms[name]
+	return repl, ok
 }
 
-func (r *maskRun) appendAfter(out, after []byte) []byte {
-	switch {
-	case len(after) == 0:
-		return out
-	case looksHTTP(after):
-		return append(out, r.http(after)...)
-	default:
-		return append(out, r.m.regex(after)...)
+func (r *maskRun) Text(v []byte) []byte {
+	out := v
+	for _, rr := range r.m.regexes {
+		out = rr.re.ReplaceAll(out, rr.repl)
 	}
-}
-
-// maxDecoded bounds a body decoded for masking (a compression bomb is not
-// unpacked beyond it; what it holds past the bound is counted as skipped).
-const maxDecoded = 64 << 20
-
-// body masks an HTTP body: decoded first when it has a Content-Encoding
-// (gzip, deflate, br), as JSON whenever it is JSON (whatever the
-// Content-Type says), field by field when it is a form, then by the regex
-// rules; re-encoded when it changed. A body it cannot decode is counted
-// and kept as it is.
-func (r *maskRun) body(body []byte, h *httpHead) []byte {
-	if len(body) == 0 {
-		return body
-	}
-	encs := contentEncodings(h.encoding)
-	plain := body
-	for i := len(encs) - 1; i >= 0; i-- {
-		dec, err := decodeBody(encs[i], plain)
-		if dec == nil {
-			r.skip(fmt.Sprintf("an HTTP body with Content-Encoding %q: %v", h.encoding, err))
-			return body
-		}
-		if len(dec) > maxDecoded {
-			r.skip(fmt.Sprintf("an HTTP body with Content-Encoding %q decodes to more than %d bytes", h.encoding, maxDecoded))
-			return body
-		}
-		plain = dec // a stream the cap cut decodes to what it holds
-	}
-	masked := r.m.maskPlainBody(plain, h.contentType)
-	if len(encs) == 0 || bytes.Equal(masked, plain) {
-		if len(encs) == 0 {
-			return masked
-		}
-		return body
-	}
-	for _, e := range encs {
-		masked = encodeBody(e, masked)
-	}
-	return masked
-}
-
-// maskPlainBody masks a body that is not (or no longer) encoded.
-func (m *Masker) maskPlainBody(b []byte, contentType string) []byte {
-	if looksJSON(b) {
-		out, parsed := m.maskJSON(b)
-		if !parsed { // cut by the cap, or JSON followed by more: mask what is there
-			out = m.maskJSONPrefix(b)
-		}
-		return m.regex(out)
-	}
-	if strings.Contains(contentType, "application/x-www-form-urlencoded") {
-		return m.regex(m.maskForm(b))
-	}
-	return m.regex(b)
-}
-
-// contentEncodings returns the codings of a Content-Encoding value, in the
-// order they were applied, without "identity".
-func contentEncodings(v string) []string {
-	var out []string
-	for _, e := range strings.Split(v, ",") {
-		if e = strings.TrimSpace(e); e != "" && e != "identity" {
-			out = append(out, e)
-		}
+	if len(r.m.regexes) > 0 && bytes.Equal(out, v) {
+		return v
 	}
 	return out
 }
 
-// decodeBody decodes b of the content coding enc. A stream cut short
-// decodes to what it holds (with the error); nil is a body it cannot read.
-func decodeBody(enc string, b []byte) ([]byte, error) {
-	var rd io.Reader
-	var err error
-	switch enc {
-	case "gzip", "x-gzip":
-		rd, err = gzip.NewReader(bytes.NewReader(b))
-	case "deflate": // zlib, as HTTP says; raw deflate, as some servers send
-		if rd, err = zlib.NewReader(bytes.NewReader(b)); err != nil {
-			rd, err = flate.NewReader(bytes.NewReader(b)), nil
-		}
-	case "br":
-		rd = brotli.NewReader(bytes.NewReader(b))
-	default:
-		return nil, fmt.Errorf("coding %q is not one of gzip, deflate, br", enc)
+// JSON masks a JSON document by the path rules: the whole document when it
+// is one, else (cut by the cap, or followed by more) token by token as
+// far as the bytes go.
+func (r *maskRun) JSON(doc []byte) []byte {
+	out, parsed := r.m.maskJSON(doc)
+	if !parsed {
+		out = r.m.maskJSONPrefix(doc)
 	}
-	if err != nil {
-		return nil, err
-	}
-	out, err := io.ReadAll(io.LimitReader(rd, maxDecoded+1))
-	if err != nil && len(out) == 0 {
-		return nil, err
-	}
-	if out == nil {
-		out = []byte{}
-	}
-	return out, err
-}
-
-// encodeBody encodes b in the content coding enc (one decodeBody read).
-func encodeBody(enc string, b []byte) []byte {
-	var out bytes.Buffer
-	var w io.WriteCloser
-	switch enc {
-	case "gzip", "x-gzip":
-		w = gzip.NewWriter(&out)
-	case "deflate":
-		w = zlib.NewWriter(&out)
-	case "br":
-		w = brotli.NewWriter(&out)
-	default:
-		return b
-	}
-	_, _ = w.Write(b) // into memory: cannot fail
-	_ = w.Close()
-	return out.Bytes()
-}
-
-type httpHead struct {
-	contentLength int64 // -1 when absent
-	chunked       bool
-	noBody        bool // 1xx, 204 and 304 responses
-	contentType   string
-	encoding      string
-}
-
-// maskHead masks the start line's query string and the header values of a
-// message head (lines ending in CRLF) and fills h.
-func (m *Masker) maskHead(head []byte, h *httpHead) []byte {
-	if h != nil {
-		h.contentLength = -1
-	}
-	out := make([]byte, 0, len(head))
-	for i := 0; len(head) > 0; i++ {
-		line := head
-		nl := bytes.Index(head, []byte("\r\n"))
-		if nl >= 0 {
-			line, head = head[:nl], head[nl+2:]
-		} else {
-			head = nil
-		}
-		if i == 0 {
-			line = m.maskStartLine(line, h)
-		} else if name, value, ok := bytes.Cut(line, []byte(":")); ok {
-			lname := strings.ToLower(string(bytes.TrimSpace(name)))
-			v := strings.TrimSpace(string(value))
-			if h != nil {
-				switch lname {
-				case "content-length":
-					if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
-						h.contentLength = n
-					}
-				case "transfer-encoding":
-					h.chunked = strings.Contains(strings.ToLower(v), "chunked")
-				case "content-type":
-					h.contentType = strings.ToLower(v)
-				case "content-encoding":
-					h.encoding = strings.ToLower(v)
-				}
-			}
-			if repl, ok := m.headers[lname]; ok {
-				line = append(append(append([]byte(nil), name...), ": "...), repl...)
-			}
-		}
-		out = append(out, line...)
-		if nl >= 0 {
-			out = append(out, "\r\n"...)
-		}
-	}
-	return out
-}
-
-func (m *Masker) maskStartLine(line []byte, h *httpHead) []byte {
-	if bytes.HasPrefix(line, []byte("HTTP/")) {
-		if h != nil {
-			if f := bytes.Fields(line); len(f) >= 2 {
-				code := string(f[1])
-				h.noBody = strings.HasPrefix(code, "1") || code == "204" || code == "304"
-			}
-		}
-		return line
-	}
-	// METHOD TARGET VERSION: mask form fields of the query string
-	sp1 := bytes.IndexByte(line, ' ')
-	q := bytes.IndexByte(line, '?')
-	if sp1 < 0 || q < sp1 || len(m.forms) == 0 && len(m.regexes) == 0 {
-		return line
-	}
-	end := bytes.IndexByte(line[q:], ' ')
-	if end < 0 {
-		end = len(line)
-	} else {
-		end += q
-	}
-	masked := m.maskForm(line[q+1 : end])
-	return append(append(append([]byte(nil), line[:q+1]...), masked...), line[end:]...)
-}
-
-func setContentLength(head []byte, n int64) []byte {
-	var out []byte
-	for len(head) > 0 {
-		nl := bytes.Index(head, []byte("\r\n"))
-		if nl < 0 {
-			nl = len(head) - 2
-		}
-		line := head[:nl+2]
-		head = head[nl+2:]
-		if name, _, ok := bytes.Cut(line, []byte(":")); ok && strings.EqualFold(string(bytes.TrimSpace(name)), "content-length") {
-			line = append(append(append([]byte(nil), name...), ": "...), strconv.FormatInt(n, 10)+"\r\n"...)
-		}
-		out = append(out, line...)
-	}
-	return out
-}
-
-// dechunk decodes a chunked body; ok is false when it is incomplete or
-// malformed, and body is then what the chunks before the end hold (the
-// part of a chunk the cap cut included). Trailers are dropped.
-func dechunk(p []byte) (body, after []byte, ok bool) {
-	for {
-		nl := bytes.Index(p, []byte("\r\n"))
-		if nl < 0 {
-			return body, nil, false
-		}
-		sizeStr, _, _ := bytes.Cut(p[:nl], []byte(";"))
-		size, err := strconv.ParseInt(strings.TrimSpace(string(sizeStr)), 16, 64)
-		if err != nil || size < 0 {
-			return body, nil, false
-		}
-		p = p[nl+2:]
-		if size == 0 {
-			end := bytes.Index(p, []byte("\r\n\r\n"))
-			if bytes.HasPrefix(p, []byte("\r\n")) {
-				return body, p[2:], true
-			}
-			if end < 0 {
-				return body, nil, false
-			}
-			return body, p[end+4:], true
-		}
-		if int64(len(p)) < size+2 {
-			return append(body, p[:min(int64(len(p)), size)]...), nil, false
-		}
-		body = append(body, p[:size]...)
-		p = p[size+2:]
-	}
-}
-
-func looksJSON(b []byte) bool {
-	b = bytes.TrimSpace(b)
-	return len(b) > 0 && (b[0] == '{' || b[0] == '[')
-}
-
-func looksHTTP(b []byte) bool {
-	sp := bytes.IndexByte(b, ' ')
-	if sp <= 0 || sp > 10 {
-		return false
-	}
-	for _, c := range b[:sp] {
-		if !(c >= 'A' && c <= 'Z' || c == '/' || c == '.' || c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
-}
-
-// maskForm masks fields of an a=b&c=d string: a field a rule names gets
-// the replacement; any other value is URL-decoded for the regex rules (so
-// that %2B49… is seen as +49…) and encoded again when they changed it.
-// Everything else is kept byte for byte.
-func (m *Masker) maskForm(b []byte) []byte {
-	if len(m.forms) == 0 && len(m.regexes) == 0 {
-		return b
-	}
-	var out []byte
-	for i, part := range bytes.Split(b, []byte("&")) {
-		if i > 0 {
-			out = append(out, '&')
-		}
-		k, v, hasV := bytes.Cut(part, []byte("="))
-		name, err := url.QueryUnescape(string(k))
-		if repl, ok := m.forms[name]; ok && err == nil && hasV {
-			out = append(append(append(out, k...), '='), url.QueryEscape(repl)...)
-			continue
-		}
-		if hasV && len(m.regexes) > 0 {
-			if dv, err := url.QueryUnescape(string(v)); err == nil {
-				if mv := m.regex([]byte(dv)); string(mv) != dv {
-					out = append(append(append(out, k...), '='), url.QueryEscape(string(mv))...)
-					continue
-				}
-			}
-		}
-		out = append(out, part...)
+	if bytes.Equal(out, doc) {
+		return doc
 	}
 	return out
 }
@@ -777,78 +445,6 @@ func applyPath(v any, segs []pathSeg, repl string) (any, bool) {
 		}
 	}
 	return v, changed
-}
-
-// maskRESP applies the regex rules to every string of a RESP2/RESP3 stream
-// and fixes bulk-string lengths; what does not parse (a payload cut by the
-// cap) gets the regex rules as raw bytes.
-func (m *Masker) maskRESP(p []byte) []byte {
-	if len(m.regexes) == 0 {
-		return p
-	}
-	var out []byte
-	for len(p) > 0 {
-		nl := bytes.Index(p, []byte("\r\n"))
-		if nl < 1 {
-			break
-		}
-		line := p[:nl]
-		switch line[0] {
-		case '$', '=', '!': // bulk string, verbatim string, bulk error
-			n, err := strconv.Atoi(string(line[1:]))
-			if err != nil {
-				return append(out, m.regex(p)...)
-			}
-			if n < 0 { // null bulk string
-				out = append(out, p[:nl+2]...)
-				p = p[nl+2:]
-				continue
-			}
-			if len(p) < nl+2+n+2 {
-				return append(out, m.regex(p)...)
-			}
-			data := m.regex(p[nl+2 : nl+2+n])
-			out = append(append(out, line[0]), strconv.Itoa(len(data))...)
-			out = append(append(append(out, "\r\n"...), data...), "\r\n"...)
-			p = p[nl+2+n+2:]
-		case '+', '-':
-			out = append(append(append(out, line[0]), m.regex(line[1:])...), "\r\n"...)
-			p = p[nl+2:]
-		default: // aggregates and numbers: copied, their elements follow
-			out = append(out, p[:nl+2]...)
-			p = p[nl+2:]
-		}
-	}
-	if len(p) > 0 {
-		out = append(out, m.regex(p)...)
-	}
-	return out
-}
-
-// maskMySQL applies the regex rules to the payload of every MySQL packet
-// and fixes the packets' length headers.
-func (m *Masker) maskMySQL(p []byte) []byte {
-	if len(m.regexes) == 0 {
-		return p
-	}
-	var out []byte
-	for len(p) >= 4 {
-		n := int(p[0]) | int(p[1])<<8 | int(p[2])<<16
-		if len(p) < 4+n || n == 0xffffff {
-			break
-		}
-		data := m.regex(p[4 : 4+n])
-		if len(data) >= 0xffffff {
-			data = p[4 : 4+n]
-		}
-		out = append(out, byte(len(data)), byte(len(data)>>8), byte(len(data)>>16), p[3])
-		out = append(out, data...)
-		p = p[4+n:]
-	}
-	if len(p) > 0 {
-		out = append(out, m.regex(p)...)
-	}
-	return out
 }
 
 // maskJSONPrefix masks the values the path rules name in JSON that may be

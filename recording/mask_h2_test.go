@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/retrace-dev/retrace/wire"
 	"github.com/retrace-dev/retrace/wire/grpc"
 	"github.com/retrace-dev/retrace/wire/http2"
 )
@@ -42,20 +43,21 @@ func TestMaskH2(t *testing.T) {
 	method, _ := http2.Get(got.Header, ":method")
 	require.Equal(t, "POST", method)
 
-	// gRPC: metadata by the header rules; messages by regex rules that
-	// keep their length, others kept and counted
+	// gRPC: metadata by the header rules; messages by their protobuf
+	// string fields, lengths re-encoded
 	msg := grpc.Append(nil, grpc.Message{Data: []byte("\x0a\x10Bearer abc.defgh")})
 	resp := h2Half([][2]string{{":status", "200"}, {"content-type", "application/grpc"}}, msg,
-		[][2]string{{"grpc-status", "0"}, {"x-api-key", "k1"}}, []http2.Mark{{Request: 5, Response: 10}})
-	r := maskRun{m: m}
-	out = r.h2("grpc", resp)
+		[][2]string{{"grpc-status", "0"}, {"x-api-key", "k1"}}, []http2.Mark{{Request: 5, Response: len(msg)}})
+	r := &maskRun{m: m}
+	out = r.mask("grpc", wire.Server, resp)
 	got, pace, err := http2.ParseMessage(out)
 	require.NoError(t, err)
-	require.Equal(t, []http2.Mark{{Request: 5, Response: 10}}, pace)
+	masked := grpc.Append(nil, grpc.Message{Data: []byte("\x0a\x0eBearer [token]")})
+	require.Equal(t, []http2.Mark{{Request: 5, Response: len(masked)}}, pace, "the pace follows the masked message")
 	key, _ := http2.Get(got.Trailer, "x-api-key")
 	require.Equal(t, "[key]", key)
-	require.Equal(t, msg, got.Data, "a rule changing a protobuf message's length leaves it")
-	require.Equal(t, 1, r.skipped)
+	require.Equal(t, masked, got.Data)
+	require.Zero(t, r.skipped)
 
 	// nothing to mask: the same bytes
 	plain := h2Half([][2]string{{":status", "204"}}, nil, nil, nil)
@@ -63,9 +65,9 @@ func TestMaskH2(t *testing.T) {
 	require.False(t, changed)
 	require.Equal(t, plain, out)
 
-	// not the recorded form: kept, counted
-	r = maskRun{m: m}
-	require.Equal(t, "Bearer x", string(r.h2("grpc", []byte("Bearer x"))))
+	// not the recorded form: masked as text, counted
+	r = &maskRun{m: m}
+	require.Equal(t, "Bearer [token]", string(r.mask("grpc", wire.Server, []byte("Bearer x"))))
 	require.Equal(t, 1, r.skipped)
 }
 

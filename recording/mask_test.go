@@ -151,7 +151,7 @@ func FuzzMaskHTTP(f *testing.F) {
 	f.Add([]byte("*1\r\n$4\r\nPING\r\n"))
 	rules, _ := ParseMasker(strings.NewReader(testRules), "rules")
 	f.Fuzz(func(t *testing.T, p []byte) {
-		for _, proto := range []string{"http", "redis", "mysql", "raw"} {
+		for _, proto := range []string{"http", "redis", "mysql", "postgres", "http2", "grpc", "raw"} {
 			out, _ := rules.Mask(proto, p)
 			again, changed := rules.Mask(proto, out)
 			if proto == "http" && changed && string(again) != string(out) && !strings.Contains(string(out), "Transfer-Encoding") {
@@ -185,4 +185,50 @@ func TestMaskRandom(t *testing.T) {
 		require.Error(t, err, bad)
 		require.Contains(t, err.Error(), "rules.txt:1", bad)
 	}
+}
+
+// Every protocol's payloads are masked through its wire package, each
+// side as what it is: a PostgreSQL Bind's parameters and DataRow values,
+// a MySQL result row, an HTTP/2 call's header and body.
+func TestMaskSessionEveryProtocol(t *testing.T) {
+	m := testMasker(t)
+	bind := func(v string) []byte { // Bind of statement "" with one text parameter, then Sync
+		body := "\x00\x00\x00\x00\x00\x01" + string([]byte{0, 0, 0, byte(len(v))}) + v + "\x00\x00"
+		return append([]byte{'B', 0, 0, 0, byte(4 + len(body))}, append([]byte(body), 'S', 0, 0, 0, 4)...)
+	}
+	dataRow := func(v string) []byte {
+		body := "\x00\x01" + string([]byte{0, 0, 0, byte(len(v))}) + v
+		return append([]byte{'D', 0, 0, 0, byte(4 + len(body))}, body...)
+	}
+	mysqlRow := func(v string) []byte { // column count, definition, EOF, row, EOF
+		def := "\x03def\x00\x00\x00\x01c\x00\x0c\x21\x00\xff\x00\x00\x00\xfd\x00\x00\x00\x00\x00"
+		pkt := func(seq byte, p string) string { return string([]byte{byte(len(p)), 0, 0, seq}) + p }
+		return []byte(pkt(1, "\x01") + pkt(2, def) + pkt(3, "\xfe\x00\x00\x02\x00") +
+			pkt(4, string([]byte{byte(len(v))})+v) + pkt(5, "\xfe\x00\x00\x02\x00"))
+	}
+	h2 := func(auth, body string) []byte {
+		return []byte(":method: POST\r\n:path: /pay\r\nauthorization: " + auth + "\r\ncontent-type: application/json\r\n\r\n" +
+			"DATA " + strconv.Itoa(len(body)) + "\r\n" + body)
+	}
+	s := &Session{ID: "p", Calls: []Call{
+		{Proto: "postgres", Request: bind("4111111111111111"), Response: dataRow("Bearer abc")},
+		{Proto: "mysql", Request: []byte("\x01\x00\x00\x00\x0e"), Response: mysqlRow("4111111111111111")},
+		{Proto: "http2", Request: h2("Bearer x", `{"password":"p"}`), Response: h2("none", "")},
+	}}
+	require.True(t, m.MaskSession(s))
+	assert.Equal(t, string(bind("[card]")), string(s.Calls[0].Request))
+	assert.Equal(t, string(dataRow("Bearer [token]")), string(s.Calls[0].Response))
+	assert.Equal(t, string(mysqlRow("[card]")), string(s.Calls[1].Response))
+	assert.Equal(t, string(h2("***", `{"password":"***"}`)), string(s.Calls[2].Request))
+	assert.Equal(t, string(h2("***", "")), string(s.Calls[2].Response))
+}
+
+// A nil Masker masks nothing, and a call's decoded form made before
+// masking is masked by the patterns.
+func TestMaskNilAndDecoded(t *testing.T) {
+	var none *Masker
+	s := &Session{ID: "d", Calls: []Call{{Proto: "mysql", Request: []byte{1, 0, 0, 0, 0x0e}, Decoded: "card 4111111111111111"}}}
+	require.False(t, none.MaskSession(s))
+	require.True(t, testMasker(t).MaskSession(s))
+	require.Equal(t, "card [card]", s.Calls[0].Decoded)
 }

@@ -1,7 +1,12 @@
 package wire_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -21,7 +26,7 @@ var importers = map[string]string{
 	"replayer/extract":    "turns recorded gRPC sessions into timed requests (wire/http2.ParseMessage of the recorded request half)",
 	"replayer/schema":     "descriptors from a descriptor set or a server's reflection, as a wire/protobuf Schema",
 	"replayer/replaytest": "test helper: reassembles a real HTTP/2 server's tapped connections into sessions (wire/http2.Conn)",
-	"recording":           "masks the recorded form of HTTP/2 halves and their gRPC messages (recording/mask_h2.go, until masking goes through each protocol's wire package)",
+	"internal/demo":       "the demo narrates the fraud service's gRPC calls by field name (wire/http2.DecodeMessage with the service's descriptors)",
 	"internal/agenttest":  "test servers of the agent's tests answer RESP with wire/redis",
 	"mockserver/mocktest": "tests' stand-in for recording an HTTP/2 downstream reassembles its streams with wire/http2.Conn",
 }
@@ -64,8 +69,12 @@ func TestProtocolsStayInWire(t *testing.T) {
 var libraries = map[string]string{
 	"golang.org/x/net/http2":       "wire/http2: the HTTP/2 framer (issue #25 names x/net/http2 for the wire format)",
 	"golang.org/x/net/http2/hpack": "wire/http2, wire/grpc, wire/http2/inband: HPACK header blocks",
-	module + "/wire/grpc":          "wire/http2: a gRPC call is an HTTP/2 stream; its decoded form splits the messages",
-	module + "/wire/protobuf":      "wire/http2: gRPC messages decoded by field number or name",
+	"github.com/andybalholm/brotli": "wire/http1: bodies in the br content coding are decoded to be masked and encoded again " +
+		"(the agent linked it for masking before wire/ existed)",
+	module + "/wire/http1":        "wire/http2/h2mask: an HTTP/2 body is masked as an HTTP body (content codings, JSON, forms)",
+	module + "/wire/http2/h2mask": "wire/http2: its Protocol masks through the light masker the agent links",
+	module + "/wire/grpc":         "wire/http2: a gRPC call is an HTTP/2 stream; its decoded form splits the messages",
+	module + "/wire/protobuf":     "wire/http2: gRPC messages decoded by field number or name",
 	"github.com/jackc/pgx/v5/pgproto3": "wire/postgres: the PostgreSQL message codec of pgx, the driver most Go services use, " +
 		"so the mock decodes and encodes messages exactly as the client it answers (three small packages, no init)",
 }
@@ -104,5 +113,67 @@ func TestProtocolPackagesImportOnlyWire(t *testing.T) {
 				t.Errorf("%s imports %s: a protocol package imports the standard library and wire only", pkg, imp)
 			}
 		}
+	}
+}
+
+// TestRecordingParsesNoProtocol: recording masks every payload through
+// wire/protocols (wire.Masker); it does not regain a protocol's parsing:
+// none of the packages HTTP parsing needs, and no literal that only a
+// parser of HTTP/1, RESP or MySQL would hold.
+func TestRecordingParsesNoProtocol(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{join .Imports \" \"}}", module+"/recording").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	banned := map[string]string{
+		"net/url": "query and form decoding", "net/http": "HTTP", "net/textproto": "MIME headers",
+		"mime": "content types", "mime/multipart": "multipart bodies", "compress/zlib": "the deflate content coding",
+		"github.com/andybalholm/brotli": "the br content coding",
+		module + "/wire/mysql":          "MySQL", module + "/wire/redis": "RESP", module + "/wire/http1": "HTTP/1",
+	}
+	for _, imp := range strings.Fields(string(out)) {
+		if why, ok := banned[imp]; ok {
+			t.Errorf("recording imports %s (%s): masking goes through wire.Masker", imp, why)
+		}
+	}
+	markers := []string{"HTTP/", "content-length", "transfer-encoding", "content-encoding", "\r\n\r\n", "\r\n$",
+		"x-www-form-urlencoded", "application/grpc"}
+	files, err := filepath.Glob("../recording/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no recording sources: %v", err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.BasicLit)
+			if !ok {
+				return true
+			}
+			switch lit.Kind {
+			case token.STRING:
+				v, err := strconv.Unquote(lit.Value)
+				if err != nil {
+					return true
+				}
+				for _, m := range markers {
+					if strings.Contains(strings.ToLower(v), strings.ToLower(m)) {
+						t.Errorf("%s: literal %s holds %q: a protocol is parsed in recording (move it to its wire/ package)",
+							fset.Position(lit.Pos()), lit.Value, m)
+					}
+				}
+			case token.INT:
+				if lit.Value == "0xffffff" {
+					t.Errorf("%s: MySQL's packet size in recording", fset.Position(lit.Pos()))
+				}
+			}
+			return true
+		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/retrace-dev/retrace/examples/fraud"
 	"github.com/retrace-dev/retrace/wire/protobuf"
+	"github.com/retrace-dev/retrace/wire/protobuf/descriptors"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -144,7 +145,7 @@ func TestSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := protobuf.ParseSchema(b)
+	s, err := descriptors.Parse(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	named, err := protobuf.Decode(in, wire)
+	named, err := descriptors.Decode(in, wire)
 	if err != nil {
 		t.Fatal(err)
 	}

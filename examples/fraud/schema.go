@@ -130,7 +130,7 @@ func jsonName(s string) string {
 
 // FileDescriptorSet is the service's schema as `protoc --descriptor_set_out
 // --include_imports` writes it, for tools that decode messages by field
-// name (wire/protobuf.LoadSchema).
+// name (wire/protobuf/descriptors.Load).
 func FileDescriptorSet() ([]byte, error) {
 	return proto.Marshal(&descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{protodesc.ToFileDescriptorProto(schema.file)}})
 }

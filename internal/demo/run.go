@@ -21,7 +21,7 @@ import (
 	"github.com/retrace-dev/retrace/replayer/report"
 	"github.com/retrace-dev/retrace/wire"
 	"github.com/retrace-dev/retrace/wire/http2"
-	"github.com/retrace-dev/retrace/wire/protobuf"
+	"github.com/retrace-dev/retrace/wire/protobuf/descriptors"
 )
 
 // Options configure Run. Zero values are noted per field.
@@ -95,8 +95,8 @@ type demo struct {
 	out    io.Writer
 	res    Result
 	dn     *Downstreams
-	log    *os.File         // the service processes' output
-	schema *protobuf.Schema // the fraud service's, for gRPC messages by name
+	log    *os.File            // the service processes' output
+	schema *descriptors.Schema // the fraud service's, for gRPC messages by name
 }
 
 // Run tells the whole story: record the orders example on embedded
@@ -440,12 +440,12 @@ func callSummary(s *recording.Session) string {
 // FraudSchema is the fraud-check service's protobuf schema, by which the
 // demo shows and compares its messages by field name (as `retrace replay
 // --proto-descriptors` does with a descriptor set file).
-func FraudSchema() (*protobuf.Schema, error) {
+func FraudSchema() (*descriptors.Schema, error) {
 	b, err := fraud.FileDescriptorSet()
 	if err != nil {
 		return nil, fmt.Errorf("demo: fraud schema: %w", err)
 	}
-	return protobuf.ParseSchema(b)
+	return descriptors.Parse(b)
 }
 
 // grpcCalls shows the gRPC calls of a session decoded, their messages by

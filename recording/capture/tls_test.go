@@ -17,7 +17,7 @@ func TestTLSOfNamesAsCryptoTLS(t *testing.T) {
 	ti := &hook.TLSInfo{ServerName: "pay.example.com", ALPN: "h2", Version: tls.VersionTLS12,
 		CipherSuite: tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, Curve: tls.CurveP384}
 	want := recording.TLS{On: true, ServerName: "pay.example.com", ALPN: "h2", Version: "TLS 1.2",
-		CipherSuite: "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256", Curve: "CurveP384"}
+		CipherSuite: "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256", Curve: "CurveP384"} // h2 is decoded: no note
 	if got := tlsOf(ti); got != want {
 		t.Fatalf("tlsOf = %+v, want %+v", got, want)
 	}

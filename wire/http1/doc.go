@@ -4,7 +4,10 @@
 // and responses (Content-Length, chunked transfer coding, bodiless
 // responses, interim 1xx responses), `Expect: 100-continue`, decoding of
 // chunked and gzip bodies, the match features of a request, the error
-// response of a missing mock, and a decoded form for diffs and reports.
+// response of a missing mock, a decoded form for diffs and reports, and
+// masking: header values, query and form fields, bodies under their
+// content coding (gzip, deflate, br) as JSON, form or text (MaskMessage,
+// MaskBody, also used for HTTP/2 bodies).
 // Response (the incremental response framer) is also what the agent uses
 // on accepted connections. It parses untrusted bytes and never panics on
 // them.

@@ -7,6 +7,12 @@ import "strings"
 // literals kept as written, plus the literals in order. Two queries that
 // differ only in their values normalise to the same text.
 func NormalizeSQL(q string) (norm string, literals []string) {
+	return normalizeSQL(q, nil)
+}
+
+// normalizeSQL is NormalizeSQL that also appends the [start, end) of each
+// literal in q to spans, when spans is not nil.
+func normalizeSQL(q string, spans *[][2]int) (norm string, literals []string) {
 	var b strings.Builder
 	b.Grow(len(q))
 	space := false
@@ -41,6 +47,9 @@ func NormalizeSQL(q string) (norm string, literals []string) {
 			}
 			end := min(j+1, len(q))
 			literals = append(literals, q[i:end])
+			if spans != nil {
+				*spans = append(*spans, [2]int{i, end})
+			}
 			emit("?")
 			i = end
 		case c == '`':
@@ -62,6 +71,9 @@ func NormalizeSQL(q string) (norm string, literals []string) {
 				j++
 			}
 			literals = append(literals, q[i:j])
+			if spans != nil {
+				*spans = append(*spans, [2]int{i, j})
+			}
 			emit("?")
 			i = j
 		default:

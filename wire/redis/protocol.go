@@ -187,18 +187,44 @@ func firstName(req []byte) ([]byte, bool) {
 
 // ---- mock server ----
 
-// NewBook: Redis needs nothing destination-wide beyond the set-up answers
-// the mock server keeps for every protocol.
-func (protocol) NewBook() wire.Book { return wire.NoBook{} }
+// NewBook learns the state each recorded connection's set-up left it in
+// (see State).
+func (protocol) NewBook() wire.Book { return newBook() }
 
-func (protocol) NewSession(wire.Book) wire.Session { return session{} }
+func (protocol) NewSession(b wire.Book) wire.Session {
+	s := &session{conns: map[int64]State{}}
+	s.book, _ = b.(*book)
+	return s
+}
 
-type session struct{}
+// session follows the state of each recorded connection through one
+// recording's calls.
+type session struct {
+	book  *book
+	conns map[int64]State
+}
+
+// stateOf returns the state of a recorded connection: as this recording's
+// own calls left it, else as the set-up the book saw of it, else fresh.
+func (s *session) stateOf(conn int64) State {
+	if st, ok := s.conns[conn]; ok || conn == 0 {
+		return st
+	}
+	if s.book != nil {
+		if st, ok := s.book.state(conn); ok {
+			return st
+		}
+	}
+	return State{}
+}
 
 // Units makes one unit per command of a recorded pipeline when the
-// replies can be paired with the commands, else one unit for the call.
-func (session) Units(c wire.Call) []wire.Unit {
+// replies can be paired with the commands, else one unit for the call,
+// each with the features of its connection's state.
+func (s *session) Units(c wire.Call) []wire.Unit {
 	var units []wire.Unit
+	st := s.stateOf(c.Conn)
+	start := st
 	req, resp := c.Request, c.Response
 	for len(req) > 0 {
 		args, n, err := ParseCommand(req, len(req))
@@ -209,15 +235,19 @@ func (session) Units(c wire.Call) []wire.Unit {
 		if err != nil || m == 0 {
 			break
 		}
-		units = append(units, wire.Unit{Req: Features(req[:n], args), Resp: resp[:m]})
+		units = append(units, wire.Unit{Req: FeaturesIn(req[:n], args, st), Resp: resp[:m]})
+		st.Apply(args, resp[:m])
 		req, resp = req[n:], resp[m:]
+	}
+	if c.Conn != 0 {
+		s.conns[c.Conn] = st
 	}
 	if len(req) == 0 && len(resp) == 0 && len(units) > 0 {
 		return units
 	}
 	r := wire.Request{Raw: c.Request, Op: "?", Canon: c.Request}
 	if args, n, err := ParseCommand(c.Request, len(c.Request)); err == nil && n > 0 {
-		r = Features(c.Request, args)
+		r = FeaturesIn(c.Request, args, start)
 	}
 	return []wire.Unit{{Req: r, Resp: c.Response}}
 }
@@ -242,9 +272,14 @@ func Features(msg []byte, args [][]byte) wire.Request {
 
 func (protocol) NewAnswerer(env wire.Env) wire.Answerer { return &answerer{max: env.MaxMessage} }
 
+// answerer follows the live connection's state (the database it selected,
+// the RESP version it asked for) from the set-up it is answered, so that
+// its commands match those recorded in the same state and its answers are
+// in its version.
 type answerer struct {
 	max  int
 	args [][]byte // reused: a live request's arguments live only while it is answered
+	st   State
 }
 
 func (a *answerer) Greeting() []byte { return nil }
@@ -261,17 +296,37 @@ func (a *answerer) Next(buf []byte) (wire.Request, int, []byte, error) {
 		return wire.Request{}, 0, nil, nil
 	}
 	a.args = args
-	return Features(buf[:n], args), n, nil, nil
+	return FeaturesIn(buf[:n], args, a.st), n, nil, nil
 }
 
-func (a *answerer) Reply(_ *wire.Request, resp []byte) []byte { return resp }
+// Reply answers in the connection's RESP version (a reply recorded on a
+// RESP3 connection is made RESP2 for a RESP2 one, ToRESP2) and follows a
+// set-up command's effect on the connection.
+func (a *answerer) Reply(r *wire.Request, resp []byte) []byte {
+	a.follow(r, resp)
+	if !a.st.RESP3 {
+		return ToRESP2(resp)
+	}
+	return resp
+}
+
+func (a *answerer) follow(r *wire.Request, resp []byte) {
+	if !r.Setup {
+		return
+	}
+	if args, _, err := ParseCommand(r.Raw, len(r.Raw)); err == nil {
+		a.st.Apply(args, resp)
+	}
+}
 
 func (a *answerer) Synth(r *wire.Request) []byte {
 	args, _, err := ParseCommand(r.Raw, len(r.Raw))
 	if err != nil {
 		return Error("retrace: unparsable set-up command")
 	}
-	return SetupReply(args)
+	resp := SetupReply(args)
+	a.st.Apply(args, resp)
+	return resp
 }
 
 func (a *answerer) Missing(_ *wire.Request, reason string) []byte {

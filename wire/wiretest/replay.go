@@ -40,6 +40,13 @@ type Scenario struct {
 	NewClient func(dst string) Client
 	// Traces is how many requests run at once (32 when 0).
 	Traces int
+	// Mask, when set, masks the recording as RETRACE_MASK would
+	// (recording.PipelineConfig.Mask): nothing may be skipped, and the
+	// replay must give Masked(answer) for each answer the service gave
+	// when recorded, from answers that masking rewrote, so every masked
+	// message must still be one the client reads.
+	Mask   *recording.Masker
+	Masked func(answer string) string
 }
 
 // Client is a pooled client of the protocol.
@@ -74,7 +81,7 @@ func RecordReplay(t *testing.T, sc Scenario) {
 		t.Fatal(err)
 	}
 	sampler, _ := recording.NewSampler(1)
-	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: sampler, Decode: capture.Decode})
+	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: sampler, Decode: capture.Decode, Mask: sc.Mask})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +106,12 @@ func RecordReplay(t *testing.T, sc Scenario) {
 		if strings.Count(w, "|") != 2 {
 			t.Fatalf("recording request %d: %s", i, w)
 		}
+		if sc.Masked != nil {
+			want[i] = sc.Masked(w)
+		}
+	}
+	if st := pipe.Stats(); sc.Mask != nil && (st.MaskSkipped != 0 || st.Masked == 0) {
+		t.Fatalf("masking: %d sessions masked, %d payloads skipped", st.Masked, st.MaskSkipped)
 	}
 
 	srv := mocktest.NewServer(t, mockserver.Config{})

@@ -56,21 +56,31 @@ type keptFacts struct {
 }
 
 // facts returns the mock server's answer to q, asked for trace tid, from
-// what was kept when it is fresh.
+// what was kept when it is fresh. Handshakes that miss at once (a pool
+// dialling its connections together) ask in turn, and those after the
+// first find its answer.
 func (r *tlsFactsClient) facts(now time.Time, tid string, q *trace.TLSQuery) (trace.TLSAnswer, error) {
 	key := q.Dst + "\x00" + q.ServerName + "\x00" + strings.Join(q.ALPN, ",")
-	r.cmu.Lock()
-	if k, ok := r.kept[key]; ok && now.Sub(k.at) < tlsFactsTTL {
-		r.cmu.Unlock()
-		return k.a, nil
+	if a, ok, err := r.kept1(now, key); ok {
+		return a, err
 	}
-	if now.Before(r.pauseTo) {
-		r.cmu.Unlock()
-		return trace.TLSAnswer{}, fmt.Errorf("not asked again for %s after: %w", tlsFactsPause, r.lastErr)
+	body, err := json.Marshal(q)
+	if err != nil {
+		return trace.TLSAnswer{}, err
 	}
-	r.cmu.Unlock()
-
-	a, err := r.ask(tid, q)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a, ok, err := r.kept1(now, key); ok {
+		return a, err // asked while this one waited its turn
+	}
+	var a trace.TLSAnswer
+	for attempt := 0; ; attempt++ {
+		a, err = r.askLocked(tid, body)
+		if err == nil || attempt == 1 {
+			break
+		}
+		// the mock may have closed an idle connection: once more on a new one
+	}
 	r.cmu.Lock()
 	defer r.cmu.Unlock()
 	if err != nil {
@@ -84,20 +94,18 @@ func (r *tlsFactsClient) facts(now time.Time, tid string, q *trace.TLSQuery) (tr
 	return a, nil
 }
 
-func (r *tlsFactsClient) ask(tid string, q *trace.TLSQuery) (trace.TLSAnswer, error) {
-	body, err := json.Marshal(q)
-	if err != nil {
-		return trace.TLSAnswer{}, err
+// kept1 is the answer kept for key, or the error of a recent failure;
+// ok is false when the mock server is to be asked.
+func (r *tlsFactsClient) kept1(now time.Time, key string) (trace.TLSAnswer, bool, error) {
+	r.cmu.Lock()
+	defer r.cmu.Unlock()
+	if k, ok := r.kept[key]; ok && now.Sub(k.at) < tlsFactsTTL {
+		return k.a, true, nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for attempt := 0; ; attempt++ {
-		a, err := r.askLocked(tid, body)
-		if err == nil || attempt == 1 {
-			return a, err
-		}
-		// the mock may have closed an idle connection: once more on a new one
+	if now.Before(r.pauseTo) {
+		return trace.TLSAnswer{}, true, fmt.Errorf("not asked again for %s after: %w", tlsFactsPause, r.lastErr)
 	}
+	return trace.TLSAnswer{}, false, nil
 }
 
 func (r *tlsFactsClient) askLocked(tid string, body []byte) (trace.TLSAnswer, error) {

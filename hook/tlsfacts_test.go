@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -236,4 +237,28 @@ func TestReplayTLSStateFailsOpen(t *testing.T) {
 	before := counters.failures.Load()
 	require.Equal(t, plausibleState(cfg), e.replayTLSState(cfg, "pay:443"))
 	require.Equal(t, before+1, counters.failures.Load())
+}
+
+// TestTLSFactsClientAsksOncePerPool: handshakes of a pool's connections
+// at once ask the mock server once.
+func TestTLSFactsClientAsksOncePerPool(t *testing.T) {
+	var asked atomic.Int32
+	addr := factsMock(t, func(q trace.TLSQuery) trace.TLSAnswer {
+		time.Sleep(20 * time.Millisecond) // all of them waiting
+		return trace.TLSAnswer{Recorded: q.Dst}
+	}, &asked)
+	r := &tlsFactsClient{addr: addr}
+	defer r.close()
+	now := time.Now()
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			q := trace.TLSQuery{Dst: "redis:6380"}
+			if _, err := r.facts(now, "", &q); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, 1, asked.Load())
 }

@@ -462,14 +462,15 @@ func (m *mockProcess) stop(t *testing.T) {
 	}
 }
 
-// replayCLI runs `retrace replay` as the README does (noise detection on:
+// replayCLI runs `retrace replay` as the README does (no noise detection:
 // grpc-go sends each call's remaining deadline as grpc-timeout, different
-// on every run) and returns the report's summary; its exit status is
-// checked against the summary (0 exactly when all passed).
+// on every run, and the downstream diff leaves it out) and returns the
+// report's summary; its exit status is checked against the summary (0
+// exactly when all passed).
 func replayCLI(t *testing.T, retrace, recDir, target, mockAdmin, reportDir string, more ...string) *report.Summary {
 	t.Helper()
 	cmd := exec.Command(retrace, append([]string{"replay", "--recordings", recDir, "--target", target, "--mock-admin", mockAdmin,
-		"--concurrency", "16", "--detect-noise", "3", "--report", reportDir}, more...)...)
+		"--concurrency", "16", "--report", reportDir}, more...)...)
 	cmd.Env = append(os.Environ(), "RETRACE_MODE=")
 	out, err := cmd.CombinedOutput()
 	var sum report.Summary

@@ -270,7 +270,7 @@ func compareCall(rules *diff.Rules, schema *descriptors.Schema, api, proto, dst 
 	if bytes.Equal(want, got) {
 		return nil, &wd, &gd
 	}
-	return rules.CompareDecoded(api, diff.ScopeDownstream, dst, wd, gd), &wd, &gd
+	return rules.CompareDecoded(api, diff.ScopeDownstream, dst, http2.Comparable(wd), http2.Comparable(gd)), &wd, &gd
 }
 
 // h2RequestLine is the method and path of a request half in the recorded

@@ -280,3 +280,21 @@ func joinKey(path, key string) string {
 	}
 	return path + "[" + strconv.Quote(key) + "]"
 }
+
+// volatile are the request header fields whose value is the moment's, not
+// the request's: grpc-go sends a call's remaining deadline as grpc-timeout,
+// different on every run.
+var volatile = map[string]bool{"header.grpc-timeout": true}
+
+// Comparable returns d without the fields that differ between two sends of
+// the same request (volatile): what the downstream diff compares of a
+// recorded and a replayed stream.
+func Comparable(d wire.Decoded) wire.Decoded {
+	out := wire.Decoded{Text: d.Text, Fields: make([]wire.Field, 0, len(d.Fields))}
+	for _, f := range d.Fields {
+		if !volatile[f.Path] {
+			out.Fields = append(out.Fields, f)
+		}
+	}
+	return out
+}

@@ -45,19 +45,7 @@ func TestGRPCRecordedByTheAgent(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = gs.Serve(dl) }()
 
-	store, err := recording.NewDirStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	smp, _ := recording.NewSampler(1)
-	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: smp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := capture.New(capture.Config{Pipeline: pipe, App: "shop"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec, store := newRecorder(t)
 	undo, err := hook.Install(hook.Config{Mode: hook.Record, Recorder: rec})
 	if err != nil {
 		t.Fatal(err)
@@ -132,6 +120,26 @@ func TestGRPCRecordedByTheAgent(t *testing.T) {
 			t.Errorf("%s: %d calls observed of %d, %d recorded calls unused", s.ID, len(r.Calls), len(s.Calls), len(r.Unused))
 		}
 	}
+}
+
+// newRecorder returns a recorder of every request, writing to a
+// directory store.
+func newRecorder(t *testing.T) (*capture.Recorder, *recording.DirStore) {
+	t.Helper()
+	store, err := recording.NewDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	smp, _ := recording.NewSampler(1)
+	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: smp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := capture.New(capture.Config{Pipeline: pipe, App: "shop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec, store
 }
 
 // frontHandler answers /call?tag=T with what the gRPC calls of T

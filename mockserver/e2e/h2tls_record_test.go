@@ -17,7 +17,6 @@ import (
 	"github.com/retrace-dev/retrace/mockserver"
 	"github.com/retrace-dev/retrace/mockserver/mocktest"
 	"github.com/retrace-dev/retrace/recording"
-	"github.com/retrace-dev/retrace/recording/capture"
 )
 
 // TestHTTPSH2RecordedByTheAgent: an HTTP service whose requests each call
@@ -68,19 +67,7 @@ func TestHTTPSH2RecordedByTheAgent(t *testing.T) {
 		})
 	}
 
-	store, err := recording.NewDirStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	smp, _ := recording.NewSampler(1)
-	pipe, err := recording.NewPipeline(recording.PipelineConfig{Store: store, Sampler: smp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := capture.New(capture.Config{Pipeline: pipe, App: "shop"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec, store := newRecorder(t)
 	undo, err := hook.Install(hook.Config{Mode: hook.Record, Recorder: rec})
 	if err != nil {
 		t.Fatal(err)

@@ -305,13 +305,7 @@ func (r *Recorder) finishStream(a *active, x *http2.Exchange) {
 	in := &s.Inbound
 	in.Request, in.RequestTruncated = recordedHalf(x.Request, nil, r.max)
 	in.Response, in.ResponseTruncated = recordedHalf(x.Response, x.Pace, r.max)
-	r.forgetActive(a)
-	s.Calls = snapshotCalls(calls, a.start)
-	s.Random = recordedRandom(rnd)
-	r.pipe.Submit(s)
-	if r.bg.due(end) {
-		r.flushBackground(end, false)
-	}
+	r.submit(a, s, calls, rnd, end)
 }
 
 // recordedHalf is a stream's half in the recorded form within max bytes

@@ -488,6 +488,12 @@ func (r *Recorder) finish(a *active) {
 			RequestTruncated: a.req.truncated, ResponseTruncated: a.resp.truncated, TLS: tlsOf(a.in.tls)},
 	}
 	a.mu.Unlock()
+	r.submit(a, s, calls, rnd, end)
+}
+
+// submit hands the pipeline s, the session of a, which ended at end with
+// calls and rnd, and flushes the background sessions when they are due.
+func (r *Recorder) submit(a *active, s *recording.Session, calls []*call, rnd *trace.Random, end int64) {
 	r.forgetActive(a)
 	s.Calls = snapshotCalls(calls, a.start)
 	s.Random = recordedRandom(rnd)

@@ -29,13 +29,16 @@ import (
 const (
 	grpcLoadTargetEnv = "CAPTURE_GRPC_TARGET"
 	grpcLoadCallsEnv  = "CAPTURE_GRPC_CALLS"
+	// grpcLoadTracedEnv: each call carries a trace of its worker in
+	// retrace-trace-id, as a replayed RPC does
+	grpcLoadTracedEnv = "CAPTURE_GRPC_TRACED"
 )
 
 // runGRPCLoad is the "grpcload" child: it prints the unary calls per second
 // it gets from its target.
 func runGRPCLoad() int {
 	calls, _ := strconv.Atoi(os.Getenv(grpcLoadCallsEnv))
-	rate, err := unaryRate(os.Getenv(grpcLoadTargetEnv), calls)
+	rate, err := unaryRate(os.Getenv(grpcLoadTargetEnv), calls, os.Getenv(grpcLoadTracedEnv) != "")
 	if err != nil {
 		fmt.Println("error:", strings.ReplaceAll(err.Error(), " ", "_"))
 		return 1
@@ -46,12 +49,12 @@ func runGRPCLoad() int {
 
 // grpcUnaryRate serves grpctest's service on l and returns the unary calls
 // per second a "grpcload" child gets from it.
-func grpcUnaryRate(b *testing.B, l net.Listener, calls int) float64 {
+func grpcUnaryRate(b *testing.B, l net.Listener, calls int, env ...string) float64 {
 	srv := grpc.NewServer()
 	testpb.RegisterTestServiceServer(srv, &grpctest.Service{})
 	go func() { _ = srv.Serve(l) }()
 	defer srv.Stop()
-	out, stop := startChild(b, "grpcload", grpcLoadTargetEnv+"="+l.Addr().String(), fmt.Sprintf("%s=%d", grpcLoadCallsEnv, calls))
+	out, stop := startChild(b, "grpcload", append([]string{grpcLoadTargetEnv + "=" + l.Addr().String(), fmt.Sprintf("%s=%d", grpcLoadCallsEnv, calls)}, env...)...)
 	stop()
 	rate, err := strconv.ParseFloat(out, 64)
 	if err != nil {
@@ -61,8 +64,9 @@ func grpcUnaryRate(b *testing.B, l net.Listener, calls int) float64 {
 }
 
 // unaryRate makes calls unary calls to addr from 64 goroutines over one
-// ClientConn and returns them per second.
-func unaryRate(addr string, calls int) (float64, error) {
+// ClientConn and returns them per second; traced, each worker's calls
+// carry its trace in retrace-trace-id, as replayed RPCs do.
+func unaryRate(addr string, calls int, traced bool) (float64, error) {
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return 0, err
@@ -78,10 +82,14 @@ func unaryRate(addr string, calls int) (float64, error) {
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	start := time.Now()
-	for range workers {
+	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			ctx := ctx
+			if traced {
+				ctx = metadata.AppendToOutgoingContext(ctx, "retrace-trace-id", fmt.Sprintf("bench-%02d", w))
+			}
 			for range calls / workers {
 				if _, err := c.UnaryCall(ctx, req); err != nil {
 					errs <- err
@@ -163,4 +171,47 @@ func median2(v []float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
 	return s[len(s)/2]
+}
+
+// BenchmarkGRPCInboundReplayRatio measures a gRPC service's unary
+// throughput (64 concurrent calls over one ClientConn from a child
+// process, each carrying its worker's trace in retrace-trace-id as a
+// replayed RPC does; the service in this one) with the agent off and in
+// replay mode (every header block rewritten, every stream bound to its
+// trace), in alternating rounds of the same sitting; it reports the ratio
+// replay/off (median of the rounds). Unlike hook's
+// BenchmarkGRPCReplayRatio, the client is not under the agent.
+//
+//	go test -run XXX -bench GRPCInboundReplayRatio -benchtime 5x ./recording/capture/
+func BenchmarkGRPCInboundReplayRatio(b *testing.B) {
+	const calls = 32000
+	listen := func() net.Listener {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		return l
+	}
+	traced := grpcLoadTracedEnv + "=1"
+	grpcUnaryRate(b, listen(), 640, traced)
+	var offs, ons, ratios []float64
+	for i := 0; i < b.N; i++ {
+		off := grpcUnaryRate(b, listen(), calls, traced)
+		undo, err := hook.Install(hook.Config{Mode: hook.Replay, MockAddr: "127.0.0.1:1", NoClock: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		before := hook.ReadStats().Traced
+		on := grpcUnaryRate(b, listen(), calls, traced)
+		bound := hook.ReadStats().Traced - before
+		undo()
+		if bound < calls {
+			b.Fatalf("%d of %d replayed calls bound to their traces", bound, calls)
+		}
+		offs, ons, ratios = append(offs, off), append(ons, on), append(ratios, on/off)
+		b.Logf("round %d: off %.0f, replay %.0f calls/s", i, off, on)
+	}
+	b.ReportMetric(median2(offs), "off-calls/s")
+	b.ReportMetric(median2(ons), "replay-calls/s")
+	b.ReportMetric(median2(ratios), "replay/off")
 }

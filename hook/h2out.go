@@ -65,7 +65,7 @@ func (e *engine) h2OutDecide(st *connState, b []byte) *h2Out {
 // h2OutWrite writes b on an outbound HTTP/2 connection (see h2Out).
 // Called with st.wmu held; returns the application's byte count.
 func (e *engine) h2OutWrite(h *h2Out, st *connState, c *netConn, b []byte) (int, error) {
-	if e.cfg.Mode == Record && len(b) > 0 {
+	if len(b) > 0 { // record mode only (outboundWriteSplit)
 		e.recordOutboundWrite(st, "", b)
 	}
 	out := e.h2Rewrite(h, st, b)

@@ -752,6 +752,25 @@ const maxRandomReports = 16
 // noted, so that the runner, which reads the trace's report after the
 // response, finds it there.
 func (c *conn) serveRandom() error {
+	return serveQuestions(c, "divergence report", func(tid string, d *trace.Divergence) ([]byte, error) {
+		if tid != "" {
+			ts := c.traceState(tid)
+			ts.mu.Lock()
+			if len(ts.random) < maxRandomReports {
+				ts.random = append(ts.random, *d)
+			}
+			ts.mu.Unlock()
+		}
+		c.s.log.Info("replayed randomness diverged", "trace", tid, "divergence", d.String())
+		return nil, nil
+	})
+}
+
+// serveQuestions serves a connection an agent opened to one of the mock's
+// own destinations (trace.RandomDst, trace.TLSDst): each frame of it is
+// one JSON Q of the frame's trace, answered by answer's bytes and a
+// newline.
+func serveQuestions[Q any](c *conn, what string, answer func(tid string, q *Q) ([]byte, error)) error {
 	for {
 		c.buf = c.buf[:0]
 		h, err := c.readFrame()
@@ -761,20 +780,15 @@ func (c *conn) serveRandom() error {
 		if h.Len == 0 {
 			continue
 		}
-		var d trace.Divergence
-		if err := json.Unmarshal(c.buf, &d); err != nil {
-			return fmt.Errorf("divergence report of trace %q: %w", h.TID, err)
+		var q Q
+		if err := json.Unmarshal(c.buf, &q); err != nil {
+			return fmt.Errorf("%s of trace %q: %w", what, h.TID, err)
 		}
-		if h.TID != "" {
-			ts := c.traceState(h.TID)
-			ts.mu.Lock()
-			if len(ts.random) < maxRandomReports {
-				ts.random = append(ts.random, d)
-			}
-			ts.mu.Unlock()
+		line, err := answer(h.TID, &q)
+		if err != nil {
+			return err
 		}
-		c.s.log.Info("replayed randomness diverged", "trace", h.TID, "divergence", d.String())
-		if err := c.write([]byte{'\n'}); err != nil {
+		if err := c.write(append(line, '\n')); err != nil {
 			return err
 		}
 	}

@@ -114,29 +114,11 @@ func (s *Server) tlsFacts(tid string, q *trace.TLSQuery) trace.TLSAnswer {
 // serveTLS answers the TLS queries an agent sends on a connection named
 // trace.TLSDst, one JSON line per frame.
 func (c *conn) serveTLS() error {
-	for {
-		c.buf = c.buf[:0]
-		h, err := c.readFrame()
-		if err != nil {
-			return err
-		}
-		if h.Len == 0 {
-			continue
-		}
-		var q trace.TLSQuery
-		if err := json.Unmarshal(c.buf, &q); err != nil {
-			return fmt.Errorf("TLS query of trace %q: %w", h.TID, err)
-		}
-		a := c.s.tlsFacts(h.TID, &q)
+	return serveQuestions(c, "TLS query", func(tid string, q *trace.TLSQuery) ([]byte, error) {
+		a := c.s.tlsFacts(tid, q)
 		if a.Reason != "" {
-			c.s.log.Info("no recorded TLS state", "trace", h.TID, "dst", q.Dst, "reason", a.Reason)
+			c.s.log.Info("no recorded TLS state", "trace", tid, "dst", q.Dst, "reason", a.Reason)
 		}
-		line, err := json.Marshal(a)
-		if err != nil {
-			return err
-		}
-		if err := c.write(append(line, '\n')); err != nil {
-			return err
-		}
-	}
+		return json.Marshal(a)
+	})
 }

@@ -459,11 +459,7 @@ func (r *Recorder) OutboundRead(c *hook.ConnInfo, p []byte) {
 // first lines of wire.Decoded.Text), "" when it does not decode: what
 // recording.PipelineConfig.Decode wants.
 func Decode(proto string, request []byte) string {
-	p := protocols.All.For(proto)
-	if proto == http2.GRPCName || proto == http2.Name {
-		p = http2.Protocol // a gRPC stream's halves are HTTP/2's recorded form
-	}
-	d, ok := p.Decode(wire.Client, request)
+	d, ok := protocols.All.For(proto).Decode(wire.Client, request)
 	if !ok {
 		return ""
 	}
